@@ -1,0 +1,33 @@
+# Two entry points: `make demo` and `make test`. Both create .venv if missing and install into it.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# Without an NVIDIA GPU take the CPU build of torch first, so nothing pulls the CUDA build:
+	# a local CPU wheel where pip is configured with one, else PyTorch's CPU index.
+	if ! command -v nvidia-smi >/dev/null 2>&1; then \
+		$(BIN)/pip install -q --no-index --no-deps torch==2.13.0 2>/dev/null || \
+		$(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu; \
+	fi
+	$(BIN)/pip install -q -e '.[dev,docker]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/rlrun train conf/demo.yaml
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

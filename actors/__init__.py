@@ -1,0 +1,1 @@
+"""Ray actors: thin process boundaries around the pure core in `rlrun`."""

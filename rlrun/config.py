@@ -1,0 +1,388 @@
+"""Structured run configuration: dataclass schema, YAML + dotlist loading, validation.
+
+The dataclasses below are the single source of defaults; `conf/base.yaml` mirrors them with a
+comment per knob (a test keeps the two in step). `load_config` merges a recipe YAML and
+command-line overrides onto the schema, so an unknown key or a wrong type fails at load time,
+and `validate` rejects impossible combinations. Every failure is a `ConfigError` whose message
+is one line naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+
+class ConfigError(ValueError):
+    """A configuration a run cannot start with."""
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"  # run name, used in the output directory and metric tags
+    output_dir: str = "runs/${run.name}"  # local dir or s3:// URI for checkpoints, metrics, report
+    seed: int = 0  # seeds data order, sampling and model init
+    resume: bool = False  # continue from the latest checkpoint in output_dir
+    ray_address: str | None = None  # null: start local Ray or join $RAY_ADDRESS; "auto": join a running cluster
+    namespace: str = "rlrun"  # Ray namespace the named actors live in
+    num_cpus: int | None = None  # CPUs for a local Ray started by rlrun (null: all)
+
+
+@dataclass
+class TinyModelConfig:
+    hidden_size: int = 64  # width of the tiny Qwen2 built when model.path is "tiny"
+    num_layers: int = 2  # decoder layers
+    num_heads: int = 4  # attention heads
+    intermediate_size: int = 256  # MLP width
+
+
+@dataclass
+class ModelConfig:
+    path: str = "tiny"  # Hugging Face id or local path; "tiny" builds a small Qwen2 with a byte tokenizer
+    tokenizer: str | None = None  # tokenizer id or path (null: same as path)
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    chat_template: bool = False  # wrap prompts with the tokenizer's chat template (instruct models)
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+
+
+@dataclass
+class DataConfig:
+    train: str = "toy:arithmetic"  # JSONL/JSON/Parquet path, HF dataset id, or toy:arithmetic | toy:code | toy:mixed
+    val: str | None = None  # held-out split, same forms (null: carve val_size problems off train)
+    val_size: int = 64  # problems held out when data.val is null
+    format: str = "auto"  # auto | gsm8k | math | humaneval | mbpp | apps | code_contests | codeforces | leetcode | plain | rlrun
+    split: str = "train"  # split name for HF dataset ids
+    on_bad_row: str = "skip"  # skip (count and report) | fail (stop at the first unusable row)
+    max_problems: int | None = None  # cap on problems read (null: all)
+    toy_size: int = 2000  # problems generated for toy:* datasets
+    prompt_template: str = "{prompt}\n{instruction}\n"  # text around the problem; {prompt} and {instruction}
+    math_instruction: str = "Give the final answer after '#### '."  # answer-format instruction for math
+    code_instruction: str = "Answer with a ```{language} code block."  # answer-format instruction for code
+    system_prompt: str | None = None  # system message when model.chat_template is true
+
+
+@dataclass
+class AlgoConfig:
+    group_size: int = 8  # completions per prompt (G)
+    prompts_per_step: int = 16  # prompts drawn per step (B); the rollout batch is B*G samples
+    scale_rewards: str = "group"  # group (divide by group std, GRPO) | batch | none (Dr.GRPO)
+    loss_agg: str = "token_mean"  # token_mean (DAPO/bnpo) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm (Dr.GRPO)
+    clip_low: float = 0.2  # epsilon: ratio lower bound 1 - clip_low
+    clip_high: float = 0.2  # epsilon_high: ratio upper bound 1 + clip_high (DAPO clip-higher: 0.28)
+    dual_clip: float | None = None  # dual-clip constant c > 1 for negative advantages (null: off)
+    kl_coef: float = 0.0  # beta; 0 means no reference model is loaded
+    kl_estimator: str = "k3"  # k1 | k2 | k3 (Schulman's estimators)
+    entropy_coef: float = 0.0  # entropy bonus coefficient
+    epochs: int = 1  # optimisation passes over each rollout batch
+    mini_batches: int = 1  # optimizer steps per epoch (the batch is split into this many)
+    is_correction: str = "token"  # none | token | sequence: truncated IS vs behaviour log-probs
+    is_cap: float = 2.0  # truncation cap for the importance weights
+    filter_equal_groups: bool = False  # drop groups whose rewards are all equal, topping up the batch
+    max_topup_rounds: int = 4  # extra generation rounds to refill a filtered batch
+    max_staleness: int = 0  # 0: synchronous on-policy; k: samples up to k weight versions old are used
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 1.0  # sampling temperature
+    top_p: float = 1.0  # nucleus sampling mass
+    top_k: int = 0  # top-k (0: off)
+    max_new_tokens: int = 64  # response length limit in tokens
+    stop: list[str] = field(default_factory=list)  # stop strings
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"  # hf (transformers, CPU/debug) | vllm (GPU)
+    num_actors: int = 1  # rollout actors (N)
+    num_cpus: float = 1.0  # CPUs per rollout actor
+    num_gpus: float = 0.0  # GPUs per rollout actor
+    batch_size: int = 64  # sequences generated together per engine call
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    gpu_memory_utilization: float = 0.5  # vLLM only
+    tensor_parallel_size: int = 1  # vLLM only
+
+
+@dataclass
+class LearnerConfig:
+    num_workers: int = 1  # Ray Train workers (ranks)
+    num_cpus: float = 1.0  # CPUs per learner rank
+    num_gpus: float = 0.0  # GPUs per learner rank (0: CPU with gloo)
+    lr: float = 1e-5  # AdamW learning rate
+    weight_decay: float = 0.0  # AdamW weight decay
+    warmup_steps: int = 0  # linear learning-rate warm-up
+    grad_clip: float = 1.0  # max global grad norm (0: off)
+    micro_batch_size: int = 16  # sequences per forward/backward (gradient accumulation below it)
+    max_failures: int = 1  # Ray Train FailureConfig: restarts of the learner group
+
+
+@dataclass
+class SandboxConfig:
+    backend: str = "process"  # process (namespaces + rlimits) | docker | bwrap
+    num_actors: int = 1  # sandbox actors (M)
+    workers_per_actor: int = 2  # executor slots per actor (W)
+    num_cpus: float = 1.0  # CPUs per sandbox actor
+    time_limit_s: float = 2.0  # default per-test wall-clock limit
+    memory_limit_mb: int = 512  # default per-test memory limit
+    max_time_limit_s: float = 10.0  # cap on per-problem limits from the dataset
+    max_memory_limit_mb: int = 2048  # cap on per-problem memory limits from the dataset
+    max_tests: int | None = None  # judge at most this many tests per submission (deterministic subset)
+    stop_on_first_failure: bool = True  # skip remaining tests after a failure (all-or-nothing scoring)
+    docker_image: str = "rlrun-sandbox:latest"  # image for the docker backend
+    retries: int = 2  # re-runs of a test that hit a sandbox_error
+
+
+@dataclass
+class RewardFnConfig:
+    name: str = "correctness"  # metric name of this component
+    fn: str = "builtin"  # builtin (math verifier or code judge by problem kind) or module:function
+    weight: float = 1.0  # weight in the summed reward
+
+
+@dataclass
+class ShapingConfig:
+    length_limit: int | None = None  # tokens over which the length penalty applies (null: off)
+    length_penalty_per_100: float = 0.1  # penalty per 100 tokens over length_limit
+    overlong_buffer: int | None = None  # DAPO soft overlong buffer in tokens (null: off)
+    overlong_penalty: float = 1.0  # DAPO penalty factor at the hard limit
+    format_reward: float = 0.0  # added when the answer is in the expected format
+    format_penalty: float = 0.0  # subtracted when it is not
+
+
+@dataclass
+class RewardConfig:
+    math_extractor: str = "strict"  # strict (last '#### n') | flexible (last number) | boxed | math_verify
+    math_timeout_s: float = 5.0  # per-answer timeout of LaTeX verification
+    code_scoring: str = "fraction"  # fraction (of tests passed) | all_or_nothing
+    no_code_reward: float = 0.0  # reward when no code block is found (CodeFu: -1)
+    compile_error_reward: float = 0.0  # reward on a compile error (CodeFu: -0.5)
+    fns: list[RewardFnConfig] = field(default_factory=lambda: [RewardFnConfig()])
+    shaping: ShapingConfig = field(default_factory=ShapingConfig)
+    timeout_s: float = 60.0  # per-sample reward timeout
+    max_concurrency: int = 64  # reward tasks in flight
+    audit_before_training: bool = False  # run check-rewards on a sample before step 0
+    audit_limit: int = 64  # problems the pre-training audit uses
+    audit_min_pass_rate: float = 0.95  # reference pass rate under which the audit fails
+
+
+@dataclass
+class EarlyStoppingConfig:
+    metric: str | None = None  # validation metric to watch, e.g. val/pass@1 (null: off)
+    mode: str = "max"  # max | min
+    patience: int = 5  # evaluations without improvement before stopping
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = 100  # GRPO steps
+    eval_every: int = 10  # validate every N steps (0: only at start and end)
+    eval_samples: int = 4  # sampled completions per val problem for pass@k
+    eval_k: list[int] = field(default_factory=lambda: [1])  # k values for sampled pass@k
+    checkpoint_every: int = 50  # checkpoint every N steps (0: only at the end)
+    keep_checkpoints: int = 2  # checkpoints kept (the best one is always kept)
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    max_bad_steps: int = 3  # NaN/inf steps skipped before the run stops
+
+
+@dataclass
+class SFTConfig:
+    enabled: bool = False  # warm-start with supervised fine-tuning on reference solutions before RL
+    max_steps: int = 200  # hard cap on SFT optimizer steps
+    lr: float = 1e-3  # SFT learning rate
+    batch_size: int = 16  # SFT batch size
+    eval_every: int = 20  # steps between held-out accuracy checks
+    target_accuracy: float = 0.2  # stop once held-out sampled accuracy reaches this
+
+
+@dataclass
+class MetricsConfig:
+    console: bool = True  # key: value lines on stdout (SageMaker regexes scrape these)
+    tensorboard: bool = True  # TensorBoard event files in the run directory
+    mlflow: bool = False  # log to MLflow (needs mlflow installed)
+    wandb: bool = False  # log to Weights & Biases (needs wandb installed)
+    project: str = "rlrun"  # project / experiment name for MLflow and W&B
+    report: bool = True  # write plots and report.html at the end of the run
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "model.dtype": ("float32", "bfloat16", "float16"),
+    "data.on_bad_row": ("skip", "fail"),
+    "data.format": (
+        "auto", "gsm8k", "math", "humaneval", "mbpp", "apps", "code_contests",
+        "codeforces", "leetcode", "plain", "rlrun",
+    ),
+    "algo.scale_rewards": ("group", "batch", "none"),
+    "algo.loss_agg": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
+    "algo.kl_estimator": ("k1", "k2", "k3"),
+    "algo.is_correction": ("none", "token", "sequence"),
+    "rollout.engine": ("hf", "vllm"),
+    "sandbox.backend": ("process", "docker", "bwrap"),
+    "reward.math_extractor": ("strict", "flexible", "boxed", "math_verify"),
+    "reward.code_scoring": ("fraction", "all_or_nothing"),
+    "trainer.early_stopping.mode": ("max", "min"),
+}
+
+POSITIVE: tuple[str, ...] = (
+    "algo.group_size", "algo.prompts_per_step", "algo.epochs", "algo.mini_batches",
+    "rollout.num_actors", "rollout.batch_size", "rollout.sampling.max_new_tokens",
+    "learner.num_workers", "learner.micro_batch_size", "sandbox.num_actors",
+    "sandbox.workers_per_actor", "sandbox.time_limit_s", "sandbox.memory_limit_mb",
+    "trainer.steps", "trainer.eval_samples", "algo.is_cap", "sft.batch_size",
+    "trainer.keep_checkpoints",
+)
+NON_NEGATIVE: tuple[str, ...] = (
+    "algo.max_staleness", "algo.clip_low", "algo.clip_high", "algo.kl_coef",
+    "algo.entropy_coef", "learner.lr", "learner.grad_clip", "trainer.eval_every",
+    "trainer.checkpoint_every", "rollout.num_gpus", "learner.num_gpus",
+    "rollout.sampling.temperature", "rollout.sampling.top_k", "algo.max_topup_rounds",
+)
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    node = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ConfigError(f"config key {key}={value!r} is not allowed: {allowed}")
+
+
+def validate(cfg: Config | DictConfig) -> None:
+    """Reject values and combinations a run cannot start with."""
+    for key, choices in CHOICES.items():
+        value = _get(cfg, key)
+        if value not in choices:
+            _fail(key, value, "choose one of " + ", ".join(choices))
+    for key in POSITIVE:
+        value = _get(cfg, key)
+        if value <= 0:
+            _fail(key, value, "must be > 0")
+    for key in NON_NEGATIVE:
+        value = _get(cfg, key)
+        if value < 0:
+            _fail(key, value, "must be >= 0")
+
+    algo, learner = cfg.algo, cfg.learner
+    top_p = cfg.rollout.sampling.top_p
+    if not 0 < top_p <= 1:
+        _fail("rollout.sampling.top_p", top_p, "must be in (0, 1]")
+    if algo.group_size == 1 and algo.scale_rewards == "group":
+        _fail(
+            "algo.group_size", 1,
+            "a group of 1 has no std to normalise by: use group_size >= 2 or algo.scale_rewards=none",
+        )
+    batch = algo.prompts_per_step * algo.group_size
+    per_update = algo.mini_batches * learner.num_workers
+    if batch % per_update:
+        _fail(
+            "algo.prompts_per_step", algo.prompts_per_step,
+            f"prompts_per_step*group_size={batch} must divide into algo.mini_batches*"
+            f"learner.num_workers={per_update} equal shards",
+        )
+    if algo.dual_clip is not None and algo.dual_clip <= 1:
+        _fail("algo.dual_clip", algo.dual_clip, "must be > 1 (or null to disable)")
+    if algo.max_staleness > 0 and algo.is_correction == "none":
+        _fail(
+            "algo.is_correction", "none",
+            "off-policy training (algo.max_staleness > 0) needs token or sequence IS correction",
+        )
+    if cfg.rollout.engine == "vllm" and cfg.rollout.num_gpus <= 0:
+        _fail("rollout.num_gpus", cfg.rollout.num_gpus, "the vllm engine needs rollout.num_gpus > 0")
+    for i, rfn in enumerate(cfg.reward.fns):
+        if rfn.fn != "builtin" and ":" not in rfn.fn:
+            _fail(f"reward.fns.{i}.fn", rfn.fn, "use builtin or module:function")
+    if not cfg.reward.fns:
+        _fail("reward.fns", [], "at least one reward function is needed")
+
+
+def _schema() -> DictConfig:
+    return OmegaConf.structured(Config)
+
+
+def _explain(err: OmegaConfBaseException) -> str:
+    key = getattr(err, "full_key", None) or getattr(err, "key", None) or "?"
+    if isinstance(err, ConfigKeyError):
+        parent = str(key).rsplit(".", 1)[0] if "." in str(key) else ""
+        return f"unknown config key {key}: check the spelling" + (
+            f" (see the keys under {parent}: in conf/base.yaml)" if parent else " (see conf/base.yaml)"
+        )
+    msg = str(err).splitlines()[0]
+    return f"config key {key}: {msg}"
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Merge the schema defaults, a recipe YAML and `key=value` overrides, then validate.
+
+    Returns a `Config` dataclass instance with every interpolation resolved.
+    """
+    try:
+        merged = _schema()
+        if path is not None:
+            p = Path(path)
+            if not p.is_file():
+                raise ConfigError(
+                    f"config file {path} does not exist (overrides are written key=value)"
+                )
+            try:
+                recipe = OmegaConf.load(p)
+            except yaml.YAMLError as err:
+                mark = getattr(err, "problem_mark", None)
+                where = f"{path}:{mark.line + 1}" if mark else str(path)
+                raise ConfigError(f"config file {where} is not valid YAML: {err}") from None
+            merged = OmegaConf.merge(merged, recipe)
+        if overrides:
+            for item in overrides:
+                if "=" not in item:
+                    raise ConfigError(
+                        f"override {item!r} is not key=value (example: algo.group_size=16)"
+                    )
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        OmegaConf.resolve(merged)
+        cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except (ValidationError, ConfigKeyError, OmegaConfBaseException) as err:
+        raise ConfigError(_explain(err)) from None
+    validate(cfg)
+    return cfg
+
+
+def split_args(args: list[str]) -> tuple[str | None, list[str]]:
+    """Split CLI words into an optional leading recipe path and `key=value` overrides."""
+    if args and "=" not in args[0]:
+        return args[0], list(args[1:])
+    return None, list(args)
+
+
+def to_yaml(cfg: Config) -> str:
+    """The resolved config as YAML, as `rlrun config show` prints it and runs record it."""
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    return OmegaConf.to_container(OmegaConf.structured(cfg))  # type: ignore[return-value]
+
+
+def from_dict(d: dict[str, Any]) -> Config:
+    """Rebuild a Config from `to_dict` output (how actors receive it)."""
+    return OmegaConf.to_object(OmegaConf.merge(_schema(), d))  # type: ignore[return-value]

@@ -1,0 +1,169 @@
+"""Records that cross module and process boundaries: problems, tests, samples, verdicts.
+
+Every record is a plain dataclass of plain data, so it pickles cheaply across Ray and
+serialises to JSON with `to_dict` / `from_dict` for `rlrun data convert` and `rlrun judge`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["math", "code"]
+Language = Literal["python", "cpp"]
+VerdictStatus = Literal[
+    "accepted",
+    "wrong_answer",
+    "runtime_error",
+    "time_limit",
+    "memory_limit",
+    "output_limit",
+    "compile_error",
+    "sandbox_error",
+]
+VERDICT_STATUSES: tuple[str, ...] = VerdictStatus.__args__  # type: ignore[attr-defined]
+
+
+@dataclass
+class StdioTest:
+    """One stdin/stdout case: the program reads `input`, its stdout must match `output`."""
+
+    input: str
+    output: str
+
+
+@dataclass
+class CallTest:
+    """One call-based case (APPS/TACO `fn_name` style): `fn_name(*args)` must equal `expected`.
+
+    `args` and `expected` are plain JSON data; the sandbox compares with strict types.
+    """
+
+    args: list[Any]
+    expected: Any
+
+
+@dataclass
+class Tests:
+    """All tests of one code problem. Any combination of the three kinds may be present."""
+
+    stdio: list[StdioTest] = field(default_factory=list)
+    fn_name: str | None = None
+    calls: list[CallTest] = field(default_factory=list)
+    # An assert-style harness (HumanEval `check(candidate)`, MBPP asserts, LeetCode functional).
+    harness: str | None = None
+    # The name the harness calls the candidate by (HumanEval `entry_point`).
+    entry_point: str | None = None
+    # Comparison options for stdio tests.
+    float_tolerance: float | None = None
+    case_insensitive: bool = False
+
+    def count(self) -> int:
+        """Number of separately scored tests (a harness counts as one)."""
+        return len(self.stdio) + len(self.calls) + (1 if self.harness else 0)
+
+
+@dataclass
+class Problem:
+    """One task the model is trained or evaluated on."""
+
+    id: str
+    prompt: str | list[dict[str, str]]
+    kind: Kind
+    answer: str | None = None
+    tests: Tests | None = None
+    language: Language = "python"
+    time_limit_s: float | None = None
+    memory_limit_mb: int | None = None
+    # Text placed before the completion when a harness runs it (HumanEval's signature).
+    code_prefix: str = ""
+    # A known-good solution (math: worked answer text; code: program), used by SFT and audits.
+    reference: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Problem:
+        d = dict(d)
+        tests = d.get("tests")
+        if tests is not None:
+            tests = dict(tests)
+            tests["stdio"] = [StdioTest(**t) for t in tests.get("stdio", [])]
+            tests["calls"] = [CallTest(**t) for t in tests.get("calls", [])]
+            d["tests"] = Tests(**tests)
+        return cls(**d)
+
+
+@dataclass
+class Verdict:
+    """The outcome of one test. `sandbox_error` means the judge failed, not the program."""
+
+    status: VerdictStatus
+    time_s: float = 0.0
+    memory_mb: float = 0.0
+    stdout_head: str = ""
+    stderr_head: str = ""
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Submission:
+    """A program to judge against a problem's tests."""
+
+    id: str
+    code: str
+    language: Language
+    tests: Tests
+    time_limit_s: float = 2.0
+    memory_limit_mb: int = 512
+
+
+@dataclass
+class JudgeResult:
+    """All verdicts of one submission. `status` is `accepted` only if every test passed."""
+
+    id: str
+    status: VerdictStatus
+    passed: int
+    total: int
+    tests: list[Verdict]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "passed": self.passed,
+            "total": self.total,
+            "tests": [v.to_dict() for v in self.tests],
+        }
+
+
+@dataclass
+class Sample:
+    """One completion produced by a rollout engine."""
+
+    problem_id: str
+    group_id: int
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_text: str
+    # Log-probability of each response token under the behaviour policy, [len(response_ids)].
+    logprobs: list[float]
+    weight_version: int
+    finish_reason: Literal["stop", "length"]
+
+
+@dataclass
+class ScoredSample:
+    """A sample with its total reward, the components that made it up, and code verdicts."""
+
+    sample: Sample
+    reward: float
+    components: dict[str, float] = field(default_factory=dict)
+    verdicts: list[Verdict] = field(default_factory=list)
