@@ -43,7 +43,7 @@ class TinyModelConfig:
 
 @dataclass
 class ModelConfig:
-    path: str = "tiny"  # Hugging Face id or local path; "tiny" builds a small Qwen2 with a byte tokenizer
+    path: str = "tiny"  # HF hub id or local dir; "tiny": a small Qwen3 with a byte tokenizer
     tokenizer: str | None = None  # tokenizer id or path (null: same as path)
     dtype: str = "float32"  # float32 | bfloat16 | float16
     chat_template: bool = False  # wrap prompts with the tokenizer's chat template (instruct models)
@@ -57,6 +57,8 @@ class DataConfig:
     val_size: int = 64  # problems held out when data.val is null
     format: str = "auto"  # auto | gsm8k | math | humaneval | mbpp | apps | code_contests | codeforces | leetcode | plain | rlrun
     split: str = "train"  # split name for HF dataset ids
+    val_split: str = "test"  # split name used when data.val is an HF dataset id
+    subset: str | None = None  # HF dataset config name, e.g. main for openai/gsm8k (null: default)
     on_bad_row: str = "skip"  # skip (count and report) | fail (stop at the first unusable row)
     max_problems: int | None = None  # cap on problems read (null: all)
     toy_size: int = 2000  # problems generated for toy:* datasets
@@ -82,6 +84,9 @@ class AlgoConfig:
     mini_batches: int = 1  # optimizer steps per epoch (the batch is split into this many)
     is_correction: str = "token"  # none | token | sequence: truncated IS vs behaviour log-probs
     is_cap: float = 2.0  # truncation cap for the importance weights
+    is_mode: str = "truncate"  # truncate (TIS: clip weights at is_cap) | mask (MIS: zero them)
+    is_floor: float | None = None  # lower bound on the importance weights (null: none)
+    kl_bias_correction: bool = True  # weight the KL term by pi/pi_old (TRL use_bias_correction_kl)
     filter_equal_groups: bool = False  # drop groups whose rewards are all equal, topping up the batch
     max_topup_rounds: int = 4  # extra generation rounds to refill a filtered batch
     max_staleness: int = 0  # 0: synchronous on-policy; k: samples up to k weight versions old are used
@@ -106,6 +111,7 @@ class RolloutConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     gpu_memory_utilization: float = 0.5  # vLLM only
     tensor_parallel_size: int = 1  # vLLM only
+    max_model_len: int | None = None  # vLLM only: max prompt+completion tokens (null: the model's)
 
 
 @dataclass
@@ -135,6 +141,19 @@ class SandboxConfig:
     stop_on_first_failure: bool = True  # skip remaining tests after a failure (all-or-nothing scoring)
     docker_image: str = "rlrun-sandbox:latest"  # image for the docker backend
     retries: int = 2  # re-runs of a test that hit a sandbox_error
+    output_limit_mb: float = 8.0  # cap on a test's stdout and result frames (over: output_limit)
+    max_processes: int = 64  # RLIMIT_NPROC of a test (per-slot uid); 0: rely on docker --pids-limit
+    max_file_size_mb: int = 64  # RLIMIT_FSIZE of a test
+    max_open_files: int = 64  # RLIMIT_NOFILE of a test
+    tmpfs_mb: int = 256  # size of each slot's private tmpfs for work directories and binaries
+    seccomp: bool = True  # load the seccomp deny-list in each test (x86_64)
+    uid_base: int = 100000  # tests run as uid uid_base + executor pid (process backend, as root)
+    allow_unisolated: bool = False  # non-root process backend: rlimits+seccomp only (NOT safe)
+    python: str | None = None  # interpreter of the process/bwrap executor (null: this one)
+    cpp_compiler: str = "g++"  # C++ compiler (in PATH of the host or the sandbox image)
+    cpp_flags: list[str] = field(default_factory=lambda: ["-std=c++17", "-O2"])  # C++ flags
+    compile_time_limit_s: float = 30.0  # wall-clock limit of one C++ compile
+    compile_memory_limit_mb: int = 2048  # address-space limit of one C++ compile
 
 
 @dataclass
@@ -165,6 +184,8 @@ class RewardConfig:
     shaping: ShapingConfig = field(default_factory=ShapingConfig)
     timeout_s: float = 60.0  # per-sample reward timeout
     max_concurrency: int = 64  # reward tasks in flight
+    num_workers: int = 1  # reward actors (rlrun.rewards.remote.RewardWorkers)
+    num_cpus: float = 1.0  # CPUs per reward actor
     audit_before_training: bool = False  # run check-rewards on a sample before step 0
     audit_limit: int = 64  # problems the pre-training audit uses
     audit_min_pass_rate: float = 0.95  # reference pass rate under which the audit fails
@@ -200,13 +221,26 @@ class SFTConfig:
 
 
 @dataclass
+class HealthConfig:
+    all_equal_frac: float = 0.9  # warn when train/all_equal_frac exceeds this (no learning signal)
+    window: int = 20  # steps over which reward, validation and length trends are compared
+    reward_rise: float = 0.1  # reward/mean gain over the window that, with flat validation, warns
+    val_flat: float = 0.01  # validation change at or below which validation counts as flat
+    length_growth: float = 2.0  # warn when response/len_mean grows by this factor over the window
+    truncated_frac: float = 0.5  # warn when response/truncated_frac exceeds this
+
+
+@dataclass
 class MetricsConfig:
     console: bool = True  # key: value lines on stdout (SageMaker regexes scrape these)
+    progress: str = "auto"  # auto (a bar on an interactive terminal, none otherwise) | bar | off
     tensorboard: bool = True  # TensorBoard event files in the run directory
     mlflow: bool = False  # log to MLflow (needs mlflow installed)
     wandb: bool = False  # log to Weights & Biases (needs wandb installed)
     project: str = "rlrun"  # project / experiment name for MLflow and W&B
     report: bool = True  # write plots and report.html at the end of the run
+    sample_problems: int = 8  # problems per step whose completions go to samples.jsonl (0: all)
+    health: HealthConfig = field(default_factory=HealthConfig)
 
 
 @dataclass
@@ -235,6 +269,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algo.loss_agg": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
     "algo.kl_estimator": ("k1", "k2", "k3"),
     "algo.is_correction": ("none", "token", "sequence"),
+    "algo.is_mode": ("truncate", "mask"),
     "rollout.engine": ("hf", "vllm"),
     "sandbox.backend": ("process", "docker", "bwrap"),
     "reward.math_extractor": ("strict", "flexible", "boxed", "math_verify"),

@@ -1,0 +1,119 @@
+"""Seeded toy tasks for the CPU demo and the tests: tiny arithmetic and tiny stdin/stdout
+programs, short and regular enough that a 2-layer byte-level model learns them in minutes.
+
+Generation is deterministic in (n, seed), and the first k problems are the same for every
+n >= k, so ids such as `toy-arith-17` name the same problem across runs.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Callable
+
+from rlrun.data.errors import DataError
+from rlrun.records import Problem, StdioTest, Tests
+
+TOY_KINDS = ("arithmetic", "code", "mixed")
+
+
+def arithmetic_problems(n: int, seed: int, max_operand: int = 20) -> list[Problem]:
+    """`n` problems like "What is 3 + 4?" (answer "7", reference "3 + 4 = 7\\n#### 7").
+
+    Subtractions never go below zero, so every answer is a plain non-negative integer.
+    """
+    rng = random.Random(f"toy-arith:{seed}")
+    problems = []
+    for i in range(n):
+        op = rng.choice("+-")
+        a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+        if op == "-" and b > a:
+            a, b = b, a
+        value = a + b if op == "+" else a - b
+        problems.append(
+            Problem(
+                id=f"toy-arith-{i}",
+                prompt=f"What is {a} {op} {b}?",
+                kind="math",
+                answer=str(value),
+                reference=f"{a} {op} {b} = {value}\n#### {value}",
+                meta={"source": "toy:arithmetic"},
+            )
+        )
+    return problems
+
+
+# (name, statement, expected output from the two integers, reference program)
+_PAIR_TASKS: list[tuple[str, str, Callable[[int, int], int], str]] = [
+    ("sum", "Read two integers from one line and print their sum.", lambda a, b: a + b,
+     "a, b = map(int, input().split()); print(a + b)"),
+    ("difference", "Read two integers a and b from one line and print a - b.",
+     lambda a, b: a - b, "a, b = map(int, input().split()); print(a - b)"),
+    ("product", "Read two integers from one line and print their product.",
+     lambda a, b: a * b, "a, b = map(int, input().split()); print(a * b)"),
+    ("max", "Read two integers from one line and print the larger one.", max,
+     "print(max(map(int, input().split())))"),
+]
+# (name, statement, expected output from the line, reference program)
+_LINE_TASKS: list[tuple[str, str, Callable[[str], str], str]] = [
+    ("reverse", "Read a line and print it reversed.", lambda s: s[::-1],
+     "print(input()[::-1])"),
+    ("upper", "Read a line and print it in upper case.", str.upper,
+     "print(input().upper())"),
+]
+_TEMPLATES = len(_PAIR_TASKS) + len(_LINE_TASKS) + 1
+
+
+def _word(rng: random.Random) -> str:
+    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 7)))
+
+
+def code_problems(n: int, seed: int) -> list[Problem]:
+    """`n` tiny stdin/stdout tasks with 3-4 tests each and a one-line Python reference."""
+    rng = random.Random(f"toy-code:{seed}")
+    problems = []
+    for i in range(n):
+        pick = rng.randrange(_TEMPLATES)
+        cases = rng.randint(3, 4)
+        if pick < len(_PAIR_TASKS):
+            name, statement, fn, reference = _PAIR_TASKS[pick]
+            pairs = [(rng.randint(0, 50), rng.randint(0, 50)) for _ in range(cases)]
+            tests = [StdioTest(f"{a} {b}\n", str(fn(a, b))) for a, b in pairs]
+        elif pick < len(_PAIR_TASKS) + len(_LINE_TASKS):
+            name, statement, line_fn, reference = _LINE_TASKS[pick - len(_PAIR_TASKS)]
+            words = [_word(rng) for _ in range(cases)]
+            tests = [StdioTest(f"{w}\n", line_fn(w)) for w in words]
+        else:
+            k = rng.randint(2, 9)
+            name, statement = "times", f"Read an integer n and print n * {k}."
+            reference = f"print(int(input()) * {k})"
+            values = [rng.randint(0, 50) for _ in range(cases)]
+            tests = [StdioTest(f"{v}\n", str(v * k)) for v in values]
+        problems.append(
+            Problem(
+                id=f"toy-code-{i}",
+                prompt=statement,
+                kind="code",
+                tests=Tests(stdio=tests),
+                language="python",
+                time_limit_s=2.0,
+                reference=reference,
+                meta={"source": "toy:code", "template": name},
+            )
+        )
+    return problems
+
+
+def toy_problems(kind: str, n: int, seed: int) -> list[Problem]:
+    """`toy:<kind>` datasets; `mixed` alternates arithmetic and code problems."""
+    if kind == "arithmetic":
+        return arithmetic_problems(n, seed)
+    if kind == "code":
+        return code_problems(n, seed)
+    if kind == "mixed":
+        maths, codes = arithmetic_problems((n + 1) // 2, seed), code_problems(n // 2, seed)
+        mixed = [p for pair in zip(maths, codes, strict=False) for p in pair]
+        return mixed + maths[len(codes):]
+    raise DataError(
+        f"unknown toy dataset toy:{kind}; use one of " + ", ".join(f"toy:{k}" for k in TOY_KINDS)
+    )
