@@ -1,0 +1,273 @@
+"""The GRPO objective: clipped policy loss, loss aggregation over the global batch, KL, entropy.
+
+GRPO (Shao et al. 2024, https://arxiv.org/abs/2402.03300, eq. 3) maximises, per token t of
+completion i with advantage A_i,
+
+    min( r_t A_i,  clip(r_t, 1 - eps_low, 1 + eps_high) A_i ) - beta * KL_t(pi_theta || pi_ref)
+
+with r_t = pi_theta(y_t) / pi_old(y_t). `grpo_loss` returns the negative of it plus the pieces
+the GRPO family added:
+
+- clip-higher (DAPO, https://arxiv.org/abs/2503.14476): eps_high > eps_low (`clip_low`,
+  `clip_high`);
+- dual-clip (Ye et al. 2020, https://arxiv.org/abs/1912.09729): for A < 0 the ratio in the
+  unclipped term is capped at c > 1, so one very unlikely token cannot blow up the loss. It is
+  TRL's `delta` ("two-sided GRPO", INTELLECT-2) computed as TRL does (clamp(r, max=c) before the
+  min); for c > 1 + eps_high that is exactly veRL's `clip_ratio_c`;
+- truncated importance sampling against the rollout engine's behaviour log-probs (importance.py),
+  multiplied into the per-token policy loss;
+- KL to a frozen reference (kl.py), optionally weighted by r_t (TRL `use_bias_correction_kl`);
+- an entropy bonus: minus `entropy_coef` times the mean token entropy.
+
+Loss aggregation is its own named function per variant:
+
+    token_mean               sum_{i,t} l_it / T                      DAPO; TRL "dapo" (and "bnpo")
+    seq_mean_token_mean      sum_i (sum_t l_it / |y_i|) / S           original GRPO; TRL "grpo"
+    seq_mean_token_sum_norm  sum_{i,t} l_it / (S * L_max)             Dr. GRPO; TRL "dr_grpo"
+
+T (tokens), S (sequences) and L_max (the configured maximum completion length, not the longest
+completion in the batch) are counted over the GLOBAL mini-batch (`LossNorm`), across all ranks
+and micro-batches. Each call therefore returns its share of the global loss: the shares of all
+micro-batches on all ranks sum to the loss one process would compute on the whole mini-batch.
+
+Gradient convention under DDP/FSDP: backward on each micro-batch's share accumulates the rank's
+gradient, but DDP *averages* gradients over ranks, which would divide the global gradient by the
+world size. Call backward on `ddp_loss(share, world_size)` (share * world_size) instead.
+
+Notation used for tensor shapes: N sequences on this rank (micro-batch), L completion positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from rlrun.algo.importance import sequence_is_weights, token_is_weights
+from rlrun.algo.kl import KL_ESTIMATORS
+
+if TYPE_CHECKING:
+    from rlrun.config import AlgoConfig
+
+
+@dataclass
+class LossNorm:
+    """Normalisers over the GLOBAL mini-batch (all ranks), so rank losses sum to the global loss."""
+
+    total_tokens: float  # completion tokens with mask 1 in the global mini-batch
+    total_seqs: float  # sequences in the global mini-batch
+    max_len: int  # maximum completion length (rollout.sampling.max_new_tokens), for Dr. GRPO
+
+    @classmethod
+    def from_mask(cls, mask: Tensor, max_len: int) -> LossNorm:
+        """Normalisers when `mask` [N, L] is the whole global mini-batch."""
+        return cls(float(mask.sum().item()), float(mask.shape[0]), int(max_len))
+
+
+def token_mean(per_token: Tensor, mask: Tensor, norm: LossNorm) -> Tensor:
+    """sum_{i,t} l_it / T: every token weighs the same (DAPO, TRL loss_type="dapo")."""
+    return (per_token * mask).sum() / max(norm.total_tokens, 1.0)
+
+
+def seq_mean_token_mean(per_token: Tensor, mask: Tensor, norm: LossNorm) -> Tensor:
+    """sum_i (sum_t l_it / |y_i|) / S: every sequence weighs the same (GRPO, TRL "grpo")."""
+    per_seq = (per_token * mask).sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)  # [N]
+    return per_seq.sum() / max(norm.total_seqs, 1.0)
+
+
+def seq_mean_token_sum_norm(per_token: Tensor, mask: Tensor, norm: LossNorm) -> Tensor:
+    """sum_{i,t} l_it / (S * L_max): a constant normaliser, no length bias (Dr. GRPO)."""
+    return (per_token * mask).sum() / max(norm.total_seqs * norm.max_len, 1.0)
+
+
+LOSS_AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, LossNorm], Tensor]] = {
+    "token_mean": token_mean,
+    "seq_mean_token_mean": seq_mean_token_mean,
+    "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
+}
+
+
+def clipped_policy_loss(
+    ratio: Tensor,
+    advantages: Tensor,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None = None,
+) -> Tensor:
+    """Per-token PPO clipped surrogate, negated: max(-A r, -A clip(r, 1-eps_low, 1+eps_high)).
+
+    ratio [N, L], advantages [N, 1] -> [N, L]. With `dual_clip` = c the unclipped ratio is first
+    capped at c (TRL `delta`), which bounds the loss of negative-advantage tokens by -A c.
+    """
+    unclipped_ratio = ratio if dual_clip is None else torch.clamp(ratio, max=dual_clip)  # [N, L]
+    pg_loss1 = -advantages * unclipped_ratio  # [N, L]
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)  # [N, L]
+    return torch.maximum(pg_loss1, pg_loss2)  # [N, L]
+
+
+def ddp_loss(loss_share: Tensor, world_size: int) -> Tensor:
+    """The tensor a DDP/FSDP rank calls backward on: its global-loss share times world_size.
+
+    DDP averages gradients over ranks; the shares already carry the global normalisers, so
+    their gradients must be summed, not averaged. Multiplying by world_size makes the averaged
+    gradient equal the gradient of the global loss, whatever the number of ranks.
+    """
+    return loss_share * world_size
+
+
+def _share(x: Tensor, mask: Tensor, denom: float) -> Tensor:
+    return (x.detach() * mask).sum() / max(denom, 1.0)
+
+
+def _masked_max(x: Tensor, mask: Tensor) -> Tensor:
+    # ratios and weights are >= 0, so padding as 0 leaves the maximum (and an empty batch gives 0)
+    return torch.where(mask.bool(), x.detach(), 0.0).max() if x.numel() else x.new_zeros(())
+
+
+def _check_shapes(logprobs: Tensor, advantages: Tensor, **others: Tensor | None) -> None:
+    for name, t in others.items():
+        if t is not None and t.shape != logprobs.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(t.shape)} but logprobs has {tuple(logprobs.shape)}: "
+                "every per-token tensor must be [N, L] over the same completion positions"
+            )
+    if advantages.shape != logprobs.shape[:1]:
+        raise ValueError(
+            f"advantages has shape {tuple(advantages.shape)}, expected [N]={logprobs.shape[0]} "
+            "(one advantage per sequence)"
+        )
+
+
+def grpo_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    cfg: AlgoConfig,
+    norm: LossNorm,
+    behaviour_logprobs: Tensor | None = None,
+    ref_logprobs: Tensor | None = None,
+    entropy: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """This call's share of the global GRPO loss, and its share of the metrics.
+
+    logprobs [N, L] carry the gradient; old_logprobs [N, L] are the learner's log-probs before the
+    update (pass logprobs.detach() for the first epoch of an on-policy step); advantages [N];
+    mask [N, L] is 1 on completion tokens that count; behaviour_logprobs [N, L] come from the
+    rollout engine (needed unless cfg.is_correction is "none"); ref_logprobs [N, L] from the
+    reference model (needed when cfg.kl_coef > 0, ignored otherwise); entropy [N, L] per-token
+    entropy of pi_theta, with gradient (needed when cfg.entropy_coef > 0). Pass float32
+    log-probs: ratios of bfloat16 log-probs are too coarse for the clip.
+
+    Metrics follow `merge_metrics`: keys ending in "_max" are maxima over this call's tokens,
+    every other value is this call's share of a global mean, so summing them over micro-batches
+    and ranks gives the mean over the global mini-batch.
+    """
+    _check_shapes(
+        logprobs, advantages, old_logprobs=old_logprobs, mask=mask,
+        behaviour_logprobs=behaviour_logprobs, ref_logprobs=ref_logprobs, entropy=entropy,
+    )
+    if cfg.loss_agg not in LOSS_AGGREGATIONS:
+        choices = ", ".join(LOSS_AGGREGATIONS)
+        raise ValueError(f"algo.loss_agg={cfg.loss_agg!r}: choose one of {choices}")
+    aggregate = LOSS_AGGREGATIONS[cfg.loss_agg]
+    mask = mask.to(logprobs.dtype)  # [N, L]
+    adv = advantages.detach().to(logprobs.dtype).unsqueeze(-1)  # [N, 1]
+    stats: dict[str, Tensor] = {}  # metric tensors, read back in one device sync at the end
+
+    # 1. PPO ratio against the learner's pre-update policy, and the clipped surrogate.
+    ratio = torch.exp(logprobs - old_logprobs.detach())  # [N, L]
+    pg_loss = clipped_policy_loss(ratio, adv, cfg.clip_low, cfg.clip_high, cfg.dual_clip)  # [N, L]
+
+    # 2. Truncated importance weights pi_old / pi_behaviour for the rollout engine's mismatch.
+    if cfg.is_correction != "none":
+        if behaviour_logprobs is None:
+            raise ValueError(
+                f"algo.is_correction={cfg.is_correction} needs the rollout engine's behaviour "
+                "log-probs (behaviour_logprobs); pass them or set algo.is_correction=none"
+            )
+        if cfg.is_correction == "token":
+            is_weights = token_is_weights(
+                old_logprobs, behaviour_logprobs, mask, cfg.is_cap, cfg.is_floor, cfg.is_mode
+            )  # [N, L]
+            stats["loss/is_weight_mean"] = _share(is_weights, mask, norm.total_tokens)
+            stats["loss/is_weight_max"] = _masked_max(is_weights, mask)
+        elif cfg.is_correction == "sequence":
+            is_weights = sequence_is_weights(
+                old_logprobs, behaviour_logprobs, mask, cfg.is_cap, cfg.is_floor, cfg.is_mode
+            )  # [N, 1]
+            seq_mask = torch.ones_like(is_weights)  # [N, 1]
+            stats["loss/is_weight_mean"] = _share(is_weights, seq_mask, norm.total_seqs)
+            stats["loss/is_weight_max"] = _masked_max(is_weights, seq_mask)
+        else:
+            raise ValueError(
+                f"algo.is_correction={cfg.is_correction!r}: choose one of none, token, sequence"
+            )
+        pg_loss = pg_loss * is_weights  # [N, L]
+
+    # 3. KL to the reference policy, added per token before aggregation (as in TRL).
+    per_token_loss = pg_loss  # [N, L]
+    if cfg.kl_coef != 0.0:
+        if ref_logprobs is None:
+            raise ValueError(
+                f"algo.kl_coef={cfg.kl_coef} needs the reference model's log-probs (ref_logprobs); "
+                "pass them or set algo.kl_coef=0"
+            )
+        if cfg.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"algo.kl_estimator={cfg.kl_estimator!r}: choose one of k1, k2, k3")
+        kl = KL_ESTIMATORS[cfg.kl_estimator](logprobs, ref_logprobs.detach())  # [N, L]
+        if cfg.kl_bias_correction:
+            kl = kl * ratio  # [N, L]
+        per_token_loss = pg_loss + cfg.kl_coef * kl  # [N, L]
+        stats["loss/kl"] = _share(kl, mask, norm.total_tokens)
+
+    # 4. Aggregate over the global mini-batch; subtract the entropy bonus (a token mean, always).
+    loss = aggregate(per_token_loss, mask, norm)
+    stats["loss/policy"] = aggregate(pg_loss.detach(), mask, norm)
+    if entropy is not None:
+        mean_entropy = token_mean(entropy, mask, norm)
+        stats["loss/entropy"] = mean_entropy.detach()
+        if cfg.entropy_coef != 0.0:
+            loss = loss - cfg.entropy_coef * mean_entropy
+    elif cfg.entropy_coef != 0.0:
+        raise ValueError(
+            f"algo.entropy_coef={cfg.entropy_coef} needs the per-token entropy (entropy); "
+            "pass it or set algo.entropy_coef=0"
+        )
+
+    # 5. Clipping statistics, counted as TRL does (the clip was active and bound the gradient).
+    with torch.no_grad():
+        low = ((ratio < 1 - cfg.clip_low) & (adv < 0)).to(mask.dtype)  # [N, L]
+        high = ((ratio > 1 + cfg.clip_high) & (adv > 0)).to(mask.dtype)  # [N, L]
+        stats["loss/clip_frac"] = _share(torch.maximum(low, high), mask, norm.total_tokens)
+        stats["loss/clip_frac_low"] = _share(low, mask, norm.total_tokens)
+        stats["loss/clip_frac_high"] = _share(high, mask, norm.total_tokens)
+        if cfg.dual_clip is not None:
+            dual = ((ratio > cfg.dual_clip) & (adv < 0)).to(mask.dtype)  # [N, L]
+            stats["loss/dual_clip_frac"] = _share(dual, mask, norm.total_tokens)
+        stats["loss/ratio_mean"] = _share(ratio, mask, norm.total_tokens)
+        stats["loss/ratio_max"] = _masked_max(ratio, mask)
+    stats["loss/total"] = loss.detach()
+    values = torch.stack([v.to(torch.float64) for v in stats.values()]).tolist()
+    return loss, dict(zip(stats, values, strict=True))
+
+
+def merge_metrics(parts: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Combine `grpo_loss` metrics of several micro-batches (or ranks) into global values.
+
+    Keys ending in "_max" take the maximum; every other key is a share and is summed. Across
+    ranks, all-reduce with SUM and MAX by the same rule.
+    """
+    merged: dict[str, float] = {}
+    for part in parts:
+        for key, value in part.items():
+            if key not in merged:
+                merged[key] = value
+            elif key.endswith("_max"):
+                merged[key] = max(merged[key], value)
+            else:
+                merged[key] += value
+    return merged
