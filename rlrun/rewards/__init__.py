@@ -1,0 +1,11 @@
+"""Rewards: math verification, code scoring from sandbox verdicts, shaping, user plug-ins.
+
+`build_reward(cfg, judge)` is the entry point; `rlrun.rewards.remote` runs it off the driver and
+`rlrun.rewards.audit` checks it on a dataset's own reference answers before training.
+"""
+
+from rlrun.rewards.code import JudgeFn
+from rlrun.rewards.errors import RewardError, SandboxFailure
+from rlrun.rewards.reward import Reward, build_reward
+
+__all__ = ["JudgeFn", "Reward", "RewardError", "SandboxFailure", "build_reward"]

@@ -1,0 +1,245 @@
+"""Reward audit: score a dataset's own reference answers and deliberately wrong ones.
+
+A reward that fails the reference solutions (an extractor that misses "$1,000", a harness that
+rejects the canonical program) or pays for wrong ones teaches the model the wrong thing, so
+`rlrun check-rewards` and `reward.audit_before_training` run this before any GPU time is spent.
+
+For each problem with a reference:
+
+- math: the reference completion is `problem.reference` (the worked solution) when the data has
+  one, else the gold answer written the way the extractor reads it (`#### 18`, `The answer is
+  18.`, `$\\boxed{18}$`). The wrong completion is the same text with the extracted final answer
+  changed (a number +1, any other answer with "+1" appended).
+- code: the reference completion is the reference program in a fenced block of the problem's
+  language. The wrong completion is the same program cut to the first half of its lines (a
+  lone line becomes `pass`).
+
+A row passes when every `reward.fns` component reaches full marks (1.0). Shaping terms are left
+out: they judge the form of a completion, not its correctness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from rlrun.config import Config
+from rlrun.records import Problem, Sample
+from rlrun.rewards.code import JudgeFn
+from rlrun.rewards.errors import RewardError
+from rlrun.rewards.math import find_answer, normalize_number
+from rlrun.rewards.reward import Reward, build_reward
+
+FULL_MARKS = 1.0 - 1e-9
+
+
+def math_reference(problem: Problem, mode: str) -> str | None:
+    """The completion an audit treats as correct for a math problem; None without an answer."""
+    if problem.reference:
+        return problem.reference
+    if problem.answer is None:
+        return None
+    return written_answer(problem.answer, mode)
+
+
+def written_answer(answer: str, mode: str) -> str:
+    """A minimal completion stating `answer` the way extractor `mode` reads it."""
+    if mode == "strict":
+        return f"#### {answer}"
+    if mode == "flexible":
+        return f"The answer is {answer}."
+    return f"The answer is $\\boxed{{{answer}}}$."
+
+
+def perturb_answer(answer: str) -> str:
+    """A different answer of the same shape: numbers +1, anything else with "+1" appended."""
+    number = normalize_number(answer)
+    if number is None:
+        return f"{answer}+1"
+    return format(Decimal(number) + 1, "f")
+
+
+def math_wrong(text: str, gold: str | None, mode: str) -> str:
+    """`text` with the final answer the extractor reads replaced by a different one."""
+    span = find_answer(text, mode)
+    if span is None:
+        return written_answer(perturb_answer(gold or "0"), mode)
+    return text[: span.start] + perturb_answer(span.text) + text[span.end :]
+
+
+def truncate_program(code: str) -> str:
+    """The first half of a program's lines; a program of one line becomes `pass`."""
+    lines = code.rstrip().splitlines()
+    keep = lines[: len(lines) // 2]
+    if not any(line.strip() for line in keep):
+        first = next((line for line in lines if line.strip()), "")
+        keep = [first[: len(first) - len(first.lstrip())] + "pass"]
+    return "\n".join(keep) + "\n"
+
+
+def _fence(code: str, language: str) -> str:
+    return f"```{language}\n{code.rstrip()}\n```"
+
+
+def audit_texts(problem: Problem, math_mode: str) -> tuple[str, str] | None:
+    """(reference completion, wrong completion) for a problem; None when it has no reference."""
+    if problem.kind == "math":
+        ref = math_reference(problem, math_mode)
+        if ref is None:
+            return None
+        return ref, math_wrong(ref, problem.answer, math_mode)
+    if not problem.reference:
+        return None
+    return (
+        _fence(problem.reference, problem.language),
+        _fence(truncate_program(problem.reference), problem.language),
+    )
+
+
+@dataclass
+class AuditRow:
+    """One scored completion of the audit."""
+
+    problem_id: str
+    case: str  # reference | wrong
+    score: float
+    passed: bool
+    status: str  # the builtin check's status (correct, no_answer, timeout, accepted, ...)
+    extracted: str | None
+    expected: str | None
+
+
+@dataclass
+class AuditReport:
+    """Counts and rows of an audit; `summary()` is its one-line verdict."""
+
+    rows: list[AuditRow] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # problems without a reference
+
+    def _case(self, case: str) -> list[AuditRow]:
+        return [r for r in self.rows if r.case == case]
+
+    @property
+    def reference_total(self) -> int:
+        return len(self._case("reference"))
+
+    @property
+    def reference_passed(self) -> int:
+        return sum(r.passed for r in self._case("reference"))
+
+    @property
+    def wrong_total(self) -> int:
+        return len(self._case("wrong"))
+
+    @property
+    def wrong_passed(self) -> int:
+        return sum(r.passed for r in self._case("wrong"))
+
+    @property
+    def reference_pass_rate(self) -> float:
+        return self.reference_passed / self.reference_total if self.reference_total else 0.0
+
+    def count(self, case: str, statuses: tuple[str, ...]) -> int:
+        return sum(r.status in statuses for r in self._case(case))
+
+    def summary(self) -> str:
+        return (
+            f"reference: {self.reference_passed}/{self.reference_total} passed, "
+            f"wrong: {self.wrong_passed}/{self.wrong_total} passed"
+        )
+
+    def table(self, worst: int = 10) -> str:
+        """The audit as plain-text tables: counts per case, then the worst rows."""
+        lines = [f"{'case':<10} {'total':>6} {'passed':>7} {'rate':>7} {'no answer':>10} "
+                 f"{'timeouts':>9}"]
+        for case in ("reference", "wrong"):
+            rows = self._case(case)
+            passed = sum(r.passed for r in rows)
+            rate = f"{passed / len(rows):.1%}" if rows else "-"
+            lines.append(
+                f"{case:<10} {len(rows):>6} {passed:>7} {rate:>7} "
+                f"{self.count(case, ('no_answer', 'no_code')):>10} "
+                f"{self.count(case, ('timeout', 'time_limit')):>9}"
+            )
+        if self.skipped:
+            lines.append(f"skipped (no reference answer or solution): {len(self.skipped)}")
+        bad = [r for r in self._case("reference") if not r.passed]
+        bad += [r for r in self._case("wrong") if r.passed]
+        if bad:
+            lines.append("")
+            lines.append(f"worst rows ({min(worst, len(bad))} of {len(bad)}):")
+            lines.append(f"  {'problem':<24} {'case':<10} {'score':>6} {'status':<14} "
+                         "extracted -> expected")
+            for r in bad[:worst]:
+                got = _short(r.extracted)
+                lines.append(
+                    f"  {r.problem_id:<24} {r.case:<10} {r.score:>6.2f} {r.status:<14} "
+                    f"{got} -> {_short(r.expected)}"
+                )
+        return "\n".join(lines)
+
+
+def _short(text: str | None, limit: int = 40) -> str:
+    if text is None:
+        return "(none)"
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _sample(problem: Problem, text: str, group: int) -> Sample:
+    return Sample(
+        problem_id=problem.id, group_id=group, prompt_ids=[], response_ids=[],
+        response_text=text, logprobs=[], weight_version=0, finish_reason="stop",
+    )
+
+
+def run_audit(reward: Reward, problems: list[Problem], batch_size: int = 256) -> AuditReport:
+    """Score every problem's reference and wrong completions with `reward`."""
+    report = AuditReport()
+    pairs: list[tuple[Problem, str, str]] = []
+    for p in problems:
+        texts = audit_texts(p, reward.cfg.reward.math_extractor)
+        if texts is None:
+            report.skipped.append(p.id)
+        else:
+            pairs.append((p, *texts))
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        batch_problems = [p for p, _, _ in chunk for _ in (0, 1)]
+        batch_samples = [
+            _sample(p, text, i) for i, (p, ref, wrong) in enumerate(chunk) for text in (ref, wrong)
+        ]
+        evaluations = reward.evaluate(batch_problems, batch_samples)
+        for j, ev in enumerate(evaluations):
+            problem = batch_problems[j]
+            check = ev.correctness
+            fn_scores = [ev.scored.components[name] for name in reward.names]
+            report.rows.append(AuditRow(
+                problem_id=problem.id,
+                case="reference" if j % 2 == 0 else "wrong",
+                score=sum(t.weight * ev.scored.components[t.name] for t in reward.terms),
+                passed=all(s >= FULL_MARKS for s in fn_scores),
+                status=check.status if check is not None else "plugin",
+                extracted=check.extracted if check is not None else None,
+                expected=problem.answer if problem.kind == "math" else "all tests pass",
+            ))
+    return report
+
+
+def audit_before_training(
+    cfg: Config, problems: list[Problem], judge: JudgeFn | None
+) -> AuditReport:
+    """The `reward.audit_before_training` check on the first `reward.audit_limit` problems.
+
+    Raises `RewardError` when the reference pass rate is below `reward.audit_min_pass_rate`.
+    """
+    report = run_audit(build_reward(cfg, judge), problems[: cfg.reward.audit_limit])
+    need = cfg.reward.audit_min_pass_rate
+    if report.reference_total and report.reference_pass_rate < need:
+        raise RewardError(
+            f"reward audit before training failed ({report.summary()}; reward."
+            f"audit_min_pass_rate={need}): the reward rejects the dataset's own answers. "
+            "Run `rlrun check-rewards CONFIG` for the failing rows, or set "
+            "reward.audit_before_training=false"
+        )
+    return report

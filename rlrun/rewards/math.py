@@ -1,0 +1,248 @@
+"""Math answer checking: extract the final answer from a completion and compare it with the gold.
+
+Extractors (`reward.math_extractor`):
+
+- `strict`: the last `#### n` (veRL's GSM8K regex `#### (\\-?[0-9\\.\\,]+)`, so scores are
+  comparable with the published GSM8K RL results). Like veRL, only the last 300 characters of a
+  completion are searched. On top of veRL it accepts `$` and a leading `+` after `####`.
+- `flexible`: the last number anywhere in those 300 characters.
+- `boxed`: the content of the last `\\boxed{...}` (nested braces allowed).
+- `math_verify`: LaTeX equivalence through the `math-verify` package (fractions, radicals,
+  intervals, sets, percentages), run in a separate process with a hard kill at the timeout.
+
+`strict`, `flexible` and `boxed` compare numbers after `normalize_number` (commas, `$`, unit
+words after the number, trailing `.`, leading `+`, `-0` == `0`, `1,000.00` == `1000`); a
+non-numeric boxed answer is compared as text with whitespace removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import re
+import threading
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from multiprocessing.connection import Connection
+
+MODES: tuple[str, ...] = ("strict", "flexible", "boxed", "math_verify")
+
+# veRL's gsm8k.py looks only at the tail of a completion; keeping that makes strict scores match.
+CLIP_CHARS = 300
+
+_STRICT = re.compile(r"#### *\$? *(\+?\-?\$?[0-9\.\,]+)")
+# A number: digit groups with thousands commas or plain digits, an optional decimal part. A sign
+# counts only when it does not follow a word or a digit (so the "-" in "12-3" is not a sign).
+_NUMBER = re.compile(r"(?:(?<![\w.])[-+])?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|(?<![\w.])\.\d+")
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+@dataclass
+class Span:
+    """An extracted answer and where it sits in the completion (for audits that perturb it)."""
+
+    text: str
+    start: int
+    end: int
+
+
+def normalize_number(text: str) -> str | None:
+    """Canonical decimal form of a number written in an answer, or None when it is not one.
+
+    "1,000.00" -> "1000", "$18." -> "18", "+5" -> "5", "-0" -> "0", "0.50" -> "0.5".
+    """
+    # Thousands separators and currency, LaTeX spellings included: "1{,}000", "1\\,000", "\\$5".
+    s = re.sub(r"\{,\}|\\[,!$]|[,$\s]", "", text).rstrip(".")
+    if s.startswith("+"):
+        s = s[1:]
+    if not s or not re.fullmatch(r"-?(\d+\.?\d*|\.\d+)", s):
+        return None
+    try:
+        value = Decimal(s)
+    except InvalidOperation:
+        return None
+    if value == 0:
+        return "0"
+    out = format(value.normalize(), "f")
+    return out.rstrip("0").rstrip(".") if "." in out else out
+
+
+def find_answer(text: str, mode: str) -> Span | None:
+    """The answer the extractor `mode` reads from `text`, with its position; None if absent.
+
+    For `math_verify` this is the boxed answer when there is one, else the last number, which
+    is what an audit perturbs; `math_correct` itself hands the whole text to math-verify.
+    """
+    _check_mode(mode)
+    offset = max(0, len(text) - CLIP_CHARS)
+    tail = text[offset:]
+    if mode == "strict":
+        matches = list(_STRICT.finditer(tail))
+        if not matches:
+            return None
+        m = matches[-1]
+        return Span(m.group(1), offset + m.start(1), offset + m.end(1))
+    if mode == "flexible":
+        matches = list(_NUMBER.finditer(tail))
+        if not matches:
+            return None
+        m = matches[-1]
+        return Span(m.group(0), offset + m.start(), offset + m.end())
+    span = _last_boxed(text)
+    if span is None and mode == "math_verify":
+        return find_answer(text, "flexible")
+    return span
+
+
+def _last_boxed(text: str) -> Span | None:
+    starts = [m.end() for m in _BOXED.finditer(text)]
+    for start in reversed(starts):
+        depth = 1
+        for i in range(start, len(text)):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    return Span(text[start:i], start, i)
+    return None
+
+
+def extract_answer(text: str, mode: str) -> str | None:
+    """The final answer of `text` under extractor `mode`, normalised where it is a number."""
+    span = find_answer(text, mode)
+    if span is None:
+        return None
+    number = normalize_number(_strip_units(span.text))
+    return number if number is not None else span.text.strip()
+
+
+def _strip_units(answer: str) -> str:
+    # "18 dollars", "5 \text{ cm}", "50\%": keep the leading number when what follows is a word.
+    m = re.match(r"\s*([-+]?\$?[\d,]*\.?\d+\.?)\s*(?:\\%|%|\\text\{[^}]*\}|[A-Za-z]+)?\s*$", answer)
+    return m.group(1) if m else answer
+
+
+def _same_text(a: str, b: str) -> bool:
+    return re.sub(r"\s+", "", a) == re.sub(r"\s+", "", b)
+
+
+@dataclass
+class MathResult:
+    """Outcome of one check: whether it is correct, what was extracted, whether it timed out."""
+
+    correct: bool
+    extracted: str | None
+    timed_out: bool = False
+
+
+def check_answer(text: str, gold: str, mode: str, timeout_s: float = 5.0) -> MathResult:
+    """Check `text` against the gold answer under extractor `mode`."""
+    _check_mode(mode)
+    if mode == "math_verify":
+        return _verifier().check(text, gold, timeout_s)
+    extracted = extract_answer(text, mode)
+    if extracted is None:
+        return MathResult(False, None)
+    gold_number = normalize_number(_strip_units(gold))
+    if gold_number is not None:
+        return MathResult(extracted == gold_number, extracted)
+    return MathResult(_same_text(extracted, gold), extracted)
+
+
+def math_correct(text: str, gold: str, mode: str, timeout_s: float) -> bool:
+    """True when the final answer in `text` equals `gold` under extractor `mode`."""
+    return check_answer(text, gold, mode, timeout_s).correct
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise ValueError(
+            f"reward.math_extractor={mode!r} is not an extractor: choose one of {', '.join(MODES)}"
+        )
+
+
+def _verify_loop(conn: Connection) -> None:
+    """Child process: answer (text, gold) requests with (correct, extracted) until EOF."""
+    from math_verify import parse, verify
+
+    # Timeouts are the parent's job (a hard kill), so math-verify's signal alarms are off and
+    # its warning about that is noise.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    while True:
+        try:
+            text, gold = conn.recv()
+        except EOFError:
+            return
+        try:
+            gold_parsed = parse(gold if "$" in gold else f"${gold}$", parsing_timeout=None)
+            pred = parse(text, parsing_timeout=None)
+            ok = bool(gold_parsed and pred and verify(gold_parsed, pred, timeout_seconds=None))
+            extracted = str(pred[-1]) if pred else None
+            conn.send((ok, extracted))
+        except Exception as err:  # a parser crash on odd input is a wrong answer, not a hang
+            conn.send((False, f"error: {type(err).__name__}"))
+
+
+class _Verifier:
+    """One math-verify child process, killed and restarted when a check overruns its timeout.
+
+    Requests are serialised with a lock, so threads may share it; each process has its own.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._conn: Connection | None = None
+
+    def _start(self) -> Connection:
+        if self._proc is None or not self._proc.is_alive():
+            # spawn, not fork: the caller may be a Ray worker with threads holding locks.
+            ctx = multiprocessing.get_context("spawn")
+            parent, child = ctx.Pipe()
+            self._proc = ctx.Process(target=_verify_loop, args=(child,), daemon=True)
+            self._proc.start()
+            child.close()
+            self._conn = parent
+            # Wait for the import so the first check's timeout does not count start-up.
+            parent.send(("1", "1"))
+            parent.recv()
+        assert self._conn is not None
+        return self._conn
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join()
+        self._proc = None
+        self._conn = None
+
+    def check(self, text: str, gold: str, timeout_s: float) -> MathResult:
+        with self._lock:
+            conn = self._start()
+            conn.send((text, gold))
+            if not conn.poll(timeout_s):
+                self._kill()
+                return MathResult(False, None, timed_out=True)
+            try:
+                ok, extracted = conn.recv()
+            except EOFError:
+                self._kill()
+                return MathResult(False, "error: verifier process died")
+            return MathResult(ok, extracted)
+
+    def close(self) -> None:
+        with self._lock:
+            self._kill()
+
+
+_VERIFIER: _Verifier | None = None
+_VERIFIER_LOCK = threading.Lock()
+
+
+def _verifier() -> _Verifier:
+    global _VERIFIER
+    with _VERIFIER_LOCK:
+        if _VERIFIER is None:
+            _VERIFIER = _Verifier()
+        return _VERIFIER

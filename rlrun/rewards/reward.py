@@ -1,0 +1,162 @@
+"""The configured reward: builtin correctness and plug-ins, weighted, plus shaping terms.
+
+`build_reward(cfg, judge)` reads `reward.*`; `Reward.score(problems, samples)` returns one
+`ScoredSample` per sample whose `components` hold every term by name (each `reward.fns` entry's
+`name`, and `length` / `overlong` / `format` when enabled) and whose `reward` is
+sum(weight * fn component) + sum(shaping components). The builtin correctness is the math
+verifier for `kind: math` problems and the sandbox judge for `kind: code` problems.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlrun.config import Config, ConfigError
+from rlrun.records import Problem, Sample, ScoredSample, Verdict
+from rlrun.rewards.code import JudgeFn, judge_completions
+from rlrun.rewards.errors import RewardError
+from rlrun.rewards.math import check_answer
+from rlrun.rewards.plugins import RewardFn, call_plugin, load_plugin
+from rlrun.rewards.shaping import shaping_components
+
+SHAPING_NAMES: tuple[str, ...] = ("length", "overlong", "format")
+
+
+@dataclass
+class Correctness:
+    """The builtin check of one sample, with what an audit needs to explain it."""
+
+    score: float
+    extracted: str | None  # the math answer or code that was read; None: nothing found
+    status: str  # math: correct | wrong | no_answer | timeout; code: a verdict status or no_code
+    verdicts: list[Verdict]
+
+
+@dataclass
+class Evaluation:
+    """A scored sample and, when a builtin term is configured, how its correctness came about."""
+
+    scored: ScoredSample
+    correctness: Correctness | None
+
+
+@dataclass
+class _Term:
+    name: str
+    weight: float
+    spec: str
+    fn: RewardFn | None  # None: the builtin correctness
+
+
+class Reward:
+    """Scores batches of samples against their problems; see `build_reward`."""
+
+    def __init__(self, cfg: Config, judge: JudgeFn | None, terms: list[_Term]) -> None:
+        self.cfg = cfg
+        self.judge = judge
+        self.terms = terms
+
+    @property
+    def names(self) -> list[str]:
+        """Component names of the `reward.fns` terms, in config order."""
+        return [t.name for t in self.terms]
+
+    def score(self, problems: list[Problem], samples: list[Sample]) -> list[ScoredSample]:
+        """One ScoredSample per sample; problems[i] is the problem of samples[i]."""
+        return [e.scored for e in self.evaluate(problems, samples)]
+
+    def evaluate(self, problems: list[Problem], samples: list[Sample]) -> list[Evaluation]:
+        """Like `score`, also returning the builtin check's details for each sample."""
+        if len(problems) != len(samples):
+            raise RewardError(f"{len(problems)} problems for {len(samples)} samples: pass one each")
+        for i, (p, s) in enumerate(zip(problems, samples, strict=True)):
+            if p.id != s.problem_id:
+                raise RewardError(
+                    f"sample {i} is for problem {s.problem_id} but was paired with {p.id}"
+                )
+        needs_builtin = any(t.fn is None for t in self.terms)
+        builtin = self.correctness(problems, samples) if needs_builtin else None
+        columns: dict[str, list[float]] = {}
+        for t in self.terms:
+            if t.fn is None:
+                assert builtin is not None
+                columns[t.name] = [c.score for c in builtin]
+            else:
+                columns[t.name] = call_plugin(t.fn, t.spec, problems, samples)
+        out: list[Evaluation] = []
+        for i, (problem, sample) in enumerate(zip(problems, samples, strict=True)):
+            components = {t.name: columns[t.name][i] for t in self.terms}
+            total = sum(t.weight * components[t.name] for t in self.terms)
+            shaping = shaping_components(self.cfg, problem, sample)
+            components.update(shaping)
+            total += sum(shaping.values())
+            check = builtin[i] if builtin is not None else None
+            verdicts = check.verdicts if check is not None else []
+            out.append(Evaluation(ScoredSample(sample, total, components, verdicts), check))
+        return out
+
+    def correctness(self, problems: list[Problem], samples: list[Sample]) -> list[Correctness]:
+        """The builtin check of every sample: math verifier or sandbox judge by problem kind."""
+        out: list[Correctness | None] = [None] * len(samples)
+        code_idx: list[int] = []
+        for i, (problem, sample) in enumerate(zip(problems, samples, strict=True)):
+            if problem.kind == "code":
+                code_idx.append(i)
+                continue
+            if problem.answer is None:
+                raise RewardError(
+                    f"problem {problem.id} (sample {i}) is a math problem without an answer: "
+                    "the dataset row needs its gold answer"
+                )
+            res = check_answer(
+                sample.response_text, problem.answer, self.cfg.reward.math_extractor,
+                self.cfg.reward.math_timeout_s,
+            )
+            status = (
+                "timeout" if res.timed_out else "no_answer" if res.extracted is None
+                else "correct" if res.correct else "wrong"
+            )
+            out[i] = Correctness(1.0 if res.correct else 0.0, res.extracted, status, [])
+        if code_idx:
+            if self.judge is None:
+                raise RewardError(
+                    f"problem {problems[code_idx[0]].id} is a code problem but the reward has no "
+                    "judge: build it with a sandbox Judge or SandboxPool"
+                )
+            outcomes = judge_completions(
+                [problems[i] for i in code_idx], [samples[i].response_text for i in code_idx],
+                self.judge, self.cfg,
+            )
+            for i, oc in zip(code_idx, outcomes, strict=True):
+                status = oc.result.status if oc.result is not None else "no_code"
+                verdicts = oc.result.tests if oc.result is not None else []
+                out[i] = Correctness(oc.score, oc.code, status, verdicts)
+        return [c for c in out if c is not None]
+
+
+def build_reward(cfg: Config, judge: JudgeFn | None) -> Reward:
+    """The reward `cfg.reward` describes; `judge` runs code (None is fine for math-only data)."""
+    shaping = cfg.reward.shaping
+    if shaping.overlong_buffer is not None:
+        max_len = cfg.rollout.sampling.max_new_tokens
+        if not 0 < shaping.overlong_buffer <= max_len:
+            raise ConfigError(
+                f"config key reward.shaping.overlong_buffer={shaping.overlong_buffer} is not "
+                f"allowed: must be in (0, rollout.sampling.max_new_tokens={max_len}]"
+            )
+    if shaping.length_limit is not None and shaping.length_limit < 0:
+        raise ConfigError(
+            f"config key reward.shaping.length_limit={shaping.length_limit} is not allowed: "
+            "must be >= 0 (or null to disable)"
+        )
+    terms: list[_Term] = []
+    for i, rfn in enumerate(cfg.reward.fns):
+        where = f"reward.fns.{i}"
+        if rfn.name in SHAPING_NAMES or rfn.name in (t.name for t in terms):
+            raise ConfigError(
+                f"config key {where}.name={rfn.name!r} is not allowed: component names must be "
+                f"unique and not one of the shaping terms {', '.join(SHAPING_NAMES)}"
+            )
+        fn = None if rfn.fn == "builtin" else load_plugin(rfn.fn, where=f"{where}.fn")
+        terms.append(_Term(rfn.name, rfn.weight, rfn.fn, fn))
+    return Reward(cfg, judge, terms)
