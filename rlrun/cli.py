@@ -17,7 +17,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("rlrun.commands.sft", "supervised warm-start on reference solutions"),
     "eval": ("rlrun.commands.eval", "accuracy and pass@k of a model or checkpoint"),
     "judge": ("rlrun.commands.judge", "judge programs against tests in the sandbox"),
-    "check-rewards": ("rlrun.commands.check_rewards", "audit a reward on reference and wrong answers"),
+    "check-rewards": (
+        "rlrun.commands.check_rewards",
+        "audit a reward on references and wrong answers",
+    ),
     "data": ("rlrun.commands.data", "inspect or convert a dataset"),
     "config": ("rlrun.commands.config", "show the resolved config"),
     "report": ("rlrun.commands.report", "plots and an HTML report for a run directory"),
@@ -48,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[name][0])
     cmd_parser = argparse.ArgumentParser(prog=f"rlrun {name}", description=COMMANDS[name][1])
     module.add_arguments(cmd_parser)
-    args = cmd_parser.parse_args(rest)
+    args = cmd_parser.parse_intermixed_args(rest)
     try:
         return int(module.main(args) or 0)
     except ConfigError as err:

@@ -1,0 +1,387 @@
+"""Evaluation of a policy on a set of problems: accuracy, unbiased pass@k, breakdowns, flips.
+
+`evaluate` is pure: it is handed a `generate` callable (prompts -> completions) and a `score`
+callable (completions -> correct/reward), so `rlrun eval`, validation inside training and the
+tests share it whatever produces the completions (rollout actors, a local engine).
+
+Definitions (docs/metrics.md carries the same):
+- accuracy: mean over problems of c/n, the fraction of a problem's n sampled completions that
+  are correct (the unbiased pass@1); with no samples, the greedy accuracy.
+- greedy_accuracy: fraction of problems whose greedy (temperature 0) completion is correct.
+- pass@k: mean over problems of 1 - C(n-c, k) / C(n, k) (Chen et al. 2021), from the samples.
+- A problem counts as solved when its greedy completion is correct (if greedy ran), otherwise
+  when at least half of its samples are; `compare` lists problems whose solved state flipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from statistics import fmean
+from typing import Any, NamedTuple
+
+from rlrun.config import SamplingConfig
+from rlrun.metrics.passk import pass_at_k
+from rlrun.metrics.progress import track
+from rlrun.records import Problem, Sample
+
+BREAKDOWNS = ("kind", "source", "difficulty")
+
+
+class Outcome(NamedTuple):
+    """How one completion scored."""
+
+    correct: bool
+    reward: float
+
+
+# generate(prompts, n, greedy) -> n completions per prompt (str or rlrun.engines.Completion)
+GenerateFn = Callable[[list[str], int, bool], list[list[Any]]]
+# score(problems, completions) -> one Outcome per completion, same nesting
+ScoreFn = Callable[[list[Problem], list[list[Any]]], list[list[Outcome]]]
+
+
+@dataclass
+class ProblemResult:
+    """Everything measured on one problem."""
+
+    problem_id: str
+    kind: str
+    source: str | None = None
+    difficulty: str | None = None
+    n: int = 0  # sampled completions
+    correct: int = 0  # correct among them (c)
+    rewards: list[float] = field(default_factory=list)
+    responses: list[str] = field(default_factory=list)
+    greedy_correct: bool | None = None
+    greedy_reward: float | None = None
+    greedy_response: str | None = None
+    pass_at: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        """Greedy correctness if greedy ran, else the fraction of correct samples."""
+        if self.greedy_correct is not None:
+            return float(self.greedy_correct)
+        return self.correct / self.n if self.n else 0.0
+
+    @property
+    def solved(self) -> bool:
+        return self.score >= 0.5
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProblemResult:
+        d = dict(d)
+        d["pass_at"] = {int(k): float(v) for k, v in d.get("pass_at", {}).items()}
+        return cls(**d)
+
+
+@dataclass
+class Flip:
+    """A problem whose solved state differs between a baseline eval and this one."""
+
+    problem_id: str
+    before: float  # ProblemResult.score in the baseline
+    after: float  # ProblemResult.score now
+
+    @property
+    def fixed(self) -> bool:
+        return self.after > self.before
+
+
+@dataclass
+class EvalResult:
+    problems: list[ProblemResult]
+    k_list: list[int]
+    samples: int
+    greedy: bool
+    seed: int
+
+    def overall(self) -> dict[str, float]:
+        return aggregate(self.problems, self.k_list)
+
+    def breakdowns(self) -> dict[str, dict[str, dict[str, float]]]:
+        """{"source": {"gsm8k": {...}, ...}, "difficulty": {...}, "kind": {...}} for every field
+        that some problem carries."""
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for name in BREAKDOWNS:
+            groups: dict[str, list[ProblemResult]] = {}
+            for r in self.problems:
+                value = getattr(r, name)
+                if value is not None:
+                    groups.setdefault(str(value), []).append(r)
+            if groups:
+                out[name] = {v: aggregate(rs, self.k_list) for v, rs in sorted(groups.items())}
+        return out
+
+    def metrics(self, prefix: str = "val") -> dict[str, float]:
+        """The overall numbers under flat metric names (val/accuracy, val/pass@1, ...)."""
+        return {f"{prefix}/{k}": v for k, v in self.overall().items() if k != "problems"}
+
+    def summary(self, flips: list[Flip] | None = None, **info: Any) -> dict[str, Any]:
+        """A JSON-able digest (what eval*.json files and the run report hold)."""
+        out: dict[str, Any] = dict(info)
+        out |= {"samples": self.samples, "greedy": self.greedy, "k": self.k_list, "seed": self.seed}
+        out["overall"] = self.overall()
+        out["breakdowns"] = self.breakdowns()
+        if flips is not None:
+            out["flips"] = [asdict(f) | {"fixed": f.fixed} for f in flips]
+        return out
+
+
+def aggregate(results: Sequence[ProblemResult], k_list: Sequence[int]) -> dict[str, float]:
+    """Overall numbers of a group of problems (see the module docstring)."""
+    out: dict[str, float] = {"problems": len(results)}
+    sampled = [r for r in results if r.n]
+    greedy = [r for r in results if r.greedy_correct is not None]
+    if greedy:
+        out["greedy_accuracy"] = fmean(float(r.greedy_correct) for r in greedy)
+    if sampled:
+        out["accuracy"] = fmean(r.correct / r.n for r in sampled)
+        out["reward_mean"] = fmean(fmean(r.rewards) for r in sampled)
+        for k in k_list:
+            out[f"pass@{k}"] = fmean(r.pass_at[k] for r in sampled)
+    elif greedy:
+        out["accuracy"] = out["greedy_accuracy"]
+        out["reward_mean"] = fmean(float(r.greedy_reward or 0.0) for r in greedy)
+    return out
+
+
+def _text(completion: Any) -> str:
+    return completion if isinstance(completion, str) else completion.text
+
+
+def _check_shape(what: str, got: list[list[Any]], problems: int, n: int) -> None:
+    if len(got) != problems or any(len(row) != n for row in got):
+        raise ValueError(
+            f"{what} returned {[len(row) for row in got]} items per problem for {problems} "
+            f"problems; expected {n} each"
+        )
+
+
+def evaluate(
+    problems: list[Problem],
+    generate: GenerateFn,
+    score: ScoreFn,
+    k_list: Sequence[int] = (1,),
+    samples: int = 4,
+    greedy: bool = False,
+    seed: int = 0,
+    render: Callable[[Problem], str] | None = None,
+    batch_size: int = 64,
+    progress: str = "off",
+) -> EvalResult:
+    """Generate `samples` sampled completions (and one greedy one if `greedy`) per problem,
+    score them, and measure accuracy and pass@k for every k in `k_list`.
+
+    `render` turns a problem into the prompt text (default: the problem's prompt string).
+    `seed` is recorded in the result; the sampling seed itself lives in `generate`.
+    """
+    k_list = sorted(set(k_list))
+    if not problems:
+        raise ValueError("evaluate got no problems: check the dataset and split")
+    if samples < 0 or (samples == 0 and not greedy):
+        raise ValueError(f"samples={samples}: sample at least 1 completion or use greedy")
+    if samples and k_list and (k_list[0] < 1 or k_list[-1] > samples):
+        raise ValueError(
+            f"pass@k for k={k_list} needs 1 <= k <= samples={samples} completions per problem "
+            "(rlrun eval --samples, or trainer.eval_samples >= max(trainer.eval_k))"
+        )
+    render = render or _plain_prompt
+    results: list[ProblemResult] = []
+    batches = [problems[i : i + batch_size] for i in range(0, len(problems), batch_size)]
+    for batch in track(batches, len(batches), "eval batches", progress):
+        prompts = [render(p) for p in batch]
+        rows = [_blank(p) for p in batch]
+        if greedy:
+            done = generate(prompts, 1, True)
+            _check_shape("generate(greedy)", done, len(batch), 1)
+            outcomes = score(batch, done)
+            _check_shape("score(greedy)", outcomes, len(batch), 1)
+            for row, comps, outs in zip(rows, done, outcomes, strict=True):
+                row.greedy_correct = bool(outs[0].correct)
+                row.greedy_reward = float(outs[0].reward)
+                row.greedy_response = _text(comps[0])
+        if samples:
+            done = generate(prompts, samples, False)
+            _check_shape("generate", done, len(batch), samples)
+            outcomes = score(batch, done)
+            _check_shape("score", outcomes, len(batch), samples)
+            for row, comps, outs in zip(rows, done, outcomes, strict=True):
+                row.n = samples
+                row.correct = sum(bool(o.correct) for o in outs)
+                row.rewards = [float(o.reward) for o in outs]
+                row.responses = [_text(c) for c in comps]
+                row.pass_at = {k: pass_at_k(row.n, row.correct, k) for k in k_list}
+        results.extend(rows)
+    return EvalResult(results, k_list if samples else [], samples, greedy, seed)
+
+
+def sampling_generate(
+    engine_generate: Callable[[list[str], Any], list[list[Any]]],
+    sampling: SamplingConfig,
+    seed: int | None,
+) -> GenerateFn:
+    """A `generate` callable over an engine-style `generate(prompts, SamplingParams)` (an
+    `Engine`, a `RolloutPool`): sampled completions use `sampling`, greedy ones temperature 0."""
+    from rlrun.engines import SamplingParams
+
+    def generate(prompts: list[str], n: int, greedy: bool) -> list[list[Any]]:
+        params = SamplingParams.from_config(sampling, n=n, seed=seed)
+        if greedy:
+            params = replace(params, temperature=0.0, top_p=1.0, top_k=0)
+        return engine_generate(prompts, params)
+
+    return generate
+
+
+def _plain_prompt(problem: Problem) -> str:
+    if not isinstance(problem.prompt, str):
+        raise ValueError(
+            f"problem {problem.id} has a chat prompt: pass render= to turn it into text"
+        )
+    return problem.prompt
+
+
+def _blank(problem: Problem) -> ProblemResult:
+    meta = problem.meta or {}
+    return ProblemResult(
+        problem_id=problem.id,
+        kind=problem.kind,
+        source=None if meta.get("source") is None else str(meta["source"]),
+        difficulty=None if meta.get("difficulty") is None else str(meta["difficulty"]),
+    )
+
+
+def reward_scorer(reward: Any, correct_component: str = "correctness") -> ScoreFn:
+    """A `score` callable over a `rlrun.rewards` Reward: a completion is correct when its
+    `correct_component` component is 1 (all tests passed / the answer matches)."""
+
+    def score(problems: list[Problem], completions: list[list[Any]]) -> list[list[Outcome]]:
+        flat_problems: list[Problem] = []
+        flat_samples: list[Sample] = []
+        for problem, comps in zip(problems, completions, strict=True):
+            for c in comps:
+                flat_problems.append(problem)
+                flat_samples.append(_as_sample(problem, c))
+        scored = reward.score(flat_problems, flat_samples)
+        outcomes = []
+        for s in scored:
+            if correct_component not in s.components:
+                raise ValueError(
+                    f"reward component {correct_component!r} not found (components: "
+                    f"{', '.join(s.components) or 'none'}): accuracy needs a builtin reward.fns "
+                    "entry (fn: builtin)"
+                )
+            outcomes.append(Outcome(s.components[correct_component] >= 1.0 - 1e-9, s.reward))
+        out, i = [], 0
+        for comps in completions:
+            out.append(outcomes[i : i + len(comps)])
+            i += len(comps)
+        return out
+
+    return score
+
+
+def _as_sample(problem: Problem, completion: Any) -> Sample:
+    if isinstance(completion, str):
+        return Sample(problem.id, 0, [], [], completion, [], 0, "stop")
+    finish = "length" if completion.finish_reason == "length" else "stop"
+    return Sample(
+        problem.id, 0, list(completion.prompt_ids), list(completion.token_ids),
+        completion.text, list(completion.logprobs), 0, finish,
+    )
+
+
+def compare(
+    result: EvalResult | Sequence[ProblemResult], baseline: EvalResult | Sequence[ProblemResult]
+) -> list[Flip]:
+    """Problems (present in both) whose solved state changed from the baseline to `result`."""
+    now = result.problems if isinstance(result, EvalResult) else result
+    before = baseline.problems if isinstance(baseline, EvalResult) else baseline
+    old = {r.problem_id: r for r in before}
+    return [
+        Flip(r.problem_id, old[r.problem_id].score, r.score)
+        for r in now
+        if r.problem_id in old and old[r.problem_id].solved != r.solved
+    ]
+
+
+def common_problems(
+    result: EvalResult | Sequence[ProblemResult], baseline: EvalResult | Sequence[ProblemResult]
+) -> int:
+    now = result.problems if isinstance(result, EvalResult) else result
+    before = baseline.problems if isinstance(baseline, EvalResult) else baseline
+    return len({r.problem_id for r in now} & {r.problem_id for r in before})
+
+
+def write_jsonl(result: EvalResult, path: str | Path) -> Path:
+    """One JSON row per problem (`ProblemResult.to_dict`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for r in result.problems:
+            f.write(json.dumps(r.to_dict()) + "\n")
+    return path
+
+
+def read_jsonl(path: str | Path) -> list[ProblemResult]:
+    """Per-problem rows written by `write_jsonl` (a `--baseline` file)."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(ProblemResult.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, TypeError, KeyError) as err:
+                raise ValueError(
+                    f"{path} line {line_no} is not a per-problem eval row written by `rlrun eval "
+                    f"--out` ({err})"
+                ) from None
+    return rows
+
+
+def _columns(rows: list[dict[str, float]]) -> list[str]:
+    order = ["problems", "greedy_accuracy", "accuracy"]
+    order += sorted({k for r in rows for k in r if k.startswith("pass@")}, key=lambda k: int(k[5:]))
+    order.append("reward_mean")
+    return [c for c in order if any(c in r for r in rows)]
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """The overall row and every breakdown of `EvalResult.summary()` as a text table."""
+    named = [("all", summary["overall"])]
+    for name, groups in summary.get("breakdowns", {}).items():
+        named += [(f"{name}={value}", row) for value, row in groups.items()]
+    cols = _columns([row for _, row in named])
+    widths = [max(8, len(c)) for c in cols]
+    width = max(len(n) for n, _ in named)
+    titles = "  ".join(f"{c:>{w}}" for c, w in zip(cols, widths, strict=True))
+    header = f"{'group':<{width}}  {titles}"
+    lines = [header, "-" * len(header)]
+    for label, row in named:
+        cells = []
+        for c, w in zip(cols, widths, strict=True):
+            v = row.get(c)
+            cells.append(f"{'-':>{w}}" if v is None else f"{v:>{w}d}" if c == "problems"
+                         else f"{v:>{w}.3f}")
+        lines.append(f"{label:<{width}}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def format_flips(flips: Sequence[Flip], compared: int) -> str:
+    """`2 fixed, 1 broken of 64 problems in both evals` and one line per flip."""
+    fixed = [f for f in flips if f.fixed]
+    broken = [f for f in flips if not f.fixed]
+    lines = [f"{len(fixed)} fixed, {len(broken)} broken of {compared} problems in both evals"]
+    width = max((len(f.problem_id) for f in flips), default=0)
+    for f in fixed + broken:
+        label = "fixed " if f.fixed else "broken"
+        lines.append(f"  {label}  {f.problem_id:<{width}}  {f.before:.2f} -> {f.after:.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,29 @@
+"""Plots: one PNG per family of logged metrics, none for families the run never logged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlrun.metrics.plots import read_metrics, series, write_plots
+
+
+def test_plots_cover_the_logged_families(run_dir: Path, tmp_path: Path) -> None:
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    written = write_plots(rows, tmp_path / "plots")
+    names = {p.stem for p in written}
+    assert {"reward", "validation", "length", "kl_entropy", "phase_times"} <= names
+    assert "sandbox" not in names  # the synthetic run is math only
+    for path in written:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_series_skips_rows_without_the_metric_and_nulls() -> None:
+    rows = [{"step": 1, "a": 1.0}, {"step": 2, "b": 3.0}, {"step": 3, "a": None},
+            {"step": 4, "a": 2}]
+    assert series(rows, "a") == ([1, 4], [1.0, 2.0])
+
+
+def test_series_of_a_resumed_run_keeps_the_last_value_per_step() -> None:
+    rows = [{"step": 1, "a": 1.0}, {"step": 2, "a": 2.0}, {"step": 3, "a": 3.0},
+            {"step": 2, "a": 2.5}, {"step": 3, "a": 3.5}]
+    assert series(rows, "a") == ([1, 2, 3], [1.0, 2.5, 3.5])
