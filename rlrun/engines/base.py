@@ -1,0 +1,159 @@
+"""The rollout-engine interface: sampling parameters, completions, the Engine protocol.
+
+Conventions every engine follows, because the learner relies on them:
+
+- `Completion.logprobs[i]` is the log-probability of `token_ids[i]` under
+  `log_softmax(logits / temperature)` over the full vocabulary, without top-k/top-p
+  renormalisation; greedy decoding (temperature 0) reports temperature-1 log-probs. The
+  learner recomputes exactly this quantity (TRL and veRL do the same).
+- `token_ids` holds what the model emitted: an EOS token that ended the completion is kept
+  (the model must learn to stop), and so is the token that completed a stop string. `text`
+  is the decoded completion without special tokens, cut just before the stop string.
+- `finish_reason` is "stop" (EOS or a stop string) or "length" (`max_new_tokens` reached).
+- Prompts are tokenized with the tokenizer's own special tokens (a BOS where it adds one),
+  minus a trailing EOS that some tokenizers append: the model continues the prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from torch import Tensor
+
+from rlrun.config import RolloutConfig, SamplingConfig
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0  # 0: greedy
+    top_p: float = 1.0  # nucleus mass kept (1: off)
+    top_k: int = 0  # most likely tokens kept (0: off)
+    max_new_tokens: int = 64
+    stop: list[str] = field(default_factory=list)  # completion ends at the first of these
+    n: int = 1  # completions per prompt
+    seed: int | None = None  # same seed, same prompts, same weights -> same completions
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"sampling temperature={self.temperature} must be >= 0")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling top_p={self.top_p} must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError(f"sampling top_k={self.top_k} must be >= 0 (0: off)")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"sampling max_new_tokens={self.max_new_tokens} must be >= 1")
+        if self.n < 1:
+            raise ValueError(f"sampling n={self.n} must be >= 1")
+        if any(not s for s in self.stop):
+            raise ValueError(f"sampling stop={self.stop!r}: stop strings must be non-empty")
+
+    @classmethod
+    def from_config(
+        cls, cfg: SamplingConfig, n: int = 1, seed: int | None = None
+    ) -> SamplingParams:
+        return cls(
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+            max_new_tokens=cfg.max_new_tokens,
+            stop=list(cfg.stop),
+            n=n,
+            seed=seed,
+        )
+
+
+@dataclass
+class Completion:
+    prompt_ids: list[int]
+    token_ids: list[int]  # generated tokens, [L]
+    text: str
+    logprobs: list[float]  # behaviour log-prob of each generated token, [L]
+    finish_reason: str  # "stop" | "length"
+    weight_version: int = 0  # engine version whose weights produced it
+
+
+class Engine(Protocol):
+    version: int
+
+    def generate(
+        self, prompts: list[str], sampling: SamplingParams
+    ) -> list[list[Completion]]:
+        """`sampling.n` completions for each prompt, in prompt order."""
+        ...
+
+    def load_weights(self, version: int, weights: dict[str, Tensor]) -> None:
+        """Replace every weight in place (names as in the Hugging Face state dict)."""
+        ...
+
+    def state_dict_keys(self) -> list[str]:
+        """The names `load_weights` expects."""
+        ...
+
+
+class WeightsMismatchError(ValueError):
+    """A state dict whose names or shapes do not match the engine's model."""
+
+
+def check_weight_names(
+    expected: dict[str, tuple[int, ...]], weights: dict[str, Tensor], version: int
+) -> None:
+    """Raise unless `weights` has exactly the expected names and shapes."""
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    wrong = sorted(
+        f"{k} {tuple(weights[k].shape)} (model has {expected[k]})"
+        for k in set(expected) & set(weights)
+        if tuple(weights[k].shape) != expected[k]
+    )
+    if not (missing or unexpected or wrong):
+        return
+
+    def few(names: list[str]) -> str:
+        return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+    parts = []
+    if missing:
+        parts.append(f"missing {len(missing)}: {few(missing)}")
+    if unexpected:
+        parts.append(f"unexpected {len(unexpected)}: {few(unexpected)}")
+    if wrong:
+        parts.append(f"wrong shape {len(wrong)}: {few(wrong)}")
+    raise WeightsMismatchError(
+        f"weights for version {version} do not match the rollout model ("
+        + "; ".join(parts)
+        + "): send the full Hugging Face state dict of the same architecture, without "
+        "DDP/FSDP prefixes"
+    )
+
+
+def encode_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
+    """Token ids of each prompt, with the tokenizer's BOS but without a trailing EOS."""
+    with_special = tokenizer(prompts, add_special_tokens=True)["input_ids"]
+    plain = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    out = []
+    for ids, bare in zip(with_special, plain, strict=True):
+        if eos is not None and len(ids) > len(bare) and ids and ids[-1] == eos:
+            ids = ids[:-1]
+        out.append(list(ids))
+    return out
+
+
+def make_engine(
+    name: str,
+    model_path: str,
+    cfg: RolloutConfig,
+    dtype: str,
+    tokenizer_path: str | None = None,
+) -> Engine:
+    """The engine `rollout.engine` names, loaded from `model_path`."""
+    if name == "hf":
+        from rlrun.engines.hf import HFEngine
+
+        return HFEngine(model_path, cfg, dtype, tokenizer_path=tokenizer_path)
+    if name == "vllm":
+        from rlrun.engines.vllm import VLLMEngine
+
+        return VLLMEngine(model_path, cfg, dtype, tokenizer_path=tokenizer_path)
+    raise ValueError(f"rollout.engine={name!r} is not an engine: choose hf or vllm")

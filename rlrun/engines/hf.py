@@ -1,0 +1,295 @@
+"""The transformers engine: a hand-written batched sampling loop, for CPU runs and debugging.
+
+Why not `model.generate`: the learner needs the exact log-prob of every sampled token under
+`log_softmax(logits / temperature)` of the full vocabulary, stop strings must cut the tokens
+where they cut the text, and finished rows should leave the batch. A loop over the model's
+forward pass with a KV cache gives that control in a page of code:
+
+1. tokenize every prompt, make `n` rows per prompt, sort rows by prompt length (less padding)
+   and cut them into batches of `rollout.batch_size` rows;
+2. per batch, left-pad the distinct prompts and prefill them once with explicit position ids
+   (left padding must not shift positions), copy each prompt's cache to its rows, then
+   repeat: sample one token per row, record its log-prob, retire rows that hit EOS, a stop
+   string or `max_new_tokens`, and drop retired rows from the cache once an eighth of the
+   batch has retired;
+3. decode, cut at the stop string, and regroup the rows per prompt.
+
+The KV cache writes into buffers sized for the whole generation instead of growing by
+concatenation, which would copy the cache at every token.
+One `torch.Generator` per call, seeded from `SamplingParams.seed`, makes a call reproducible.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import threading
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from rlrun.config import RolloutConfig
+from rlrun.engines.base import (
+    Completion,
+    SamplingParams,
+    check_weight_names,
+    encode_prompts,
+)
+from rlrun.models import load_causal_lm, load_tokenizer
+
+
+class HFEngine:
+    """Generation with a Hugging Face causal LM in this process (CPU, or one GPU)."""
+
+    def __init__(
+        self,
+        model_path: str,
+        cfg: RolloutConfig,
+        dtype: str = "float32",
+        tokenizer_path: str | None = None,
+    ) -> None:
+        self.device = torch.device(
+            "cuda" if cfg.num_gpus > 0 and torch.cuda.is_available() else "cpu"
+        )
+        self.tokenizer = load_tokenizer(tokenizer_path or model_path)
+        self.model = load_causal_lm(model_path, dtype).to(self.device)
+        self.batch_size = cfg.batch_size
+        self.version = 0
+        self.pad_id = self.tokenizer.pad_token_id
+        eos = self.model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, list) else [eos]
+        self.eos_ids = {i for i in [*eos, self.tokenizer.eos_token_id] if i is not None}
+        self._shapes = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+        # transformers 5 renamed `past_key_values` to `cache`; an unknown name would be
+        # swallowed by **kwargs and every step would silently run without its history.
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        # generate and load_weights must not interleave (an actor may serve calls on threads).
+        self._lock = threading.Lock()
+
+    def state_dict_keys(self) -> list[str]:
+        return list(self._shapes)
+
+    def load_weights(self, version: int, weights: dict[str, Tensor]) -> None:
+        check_weight_names(self._shapes, weights, version)
+        with self._lock:
+            self.model.load_state_dict(weights, strict=True)
+            self.version = version
+
+    def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Completion]]:
+        if not prompts:
+            return []
+        prompt_ids = encode_prompts(self.tokenizer, prompts)
+        rows = [p for p in range(len(prompts)) for _ in range(sampling.n)]  # prompt of each row
+        order = sorted(range(len(rows)), key=lambda r: len(prompt_ids[rows[r]]))
+        generator = torch.Generator(device=self.device)
+        if sampling.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(sampling.seed)
+
+        done: list[Completion | None] = [None] * len(rows)
+        with self._lock, torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                batch = order[start : start + self.batch_size]
+                row_prompts = [rows[r] for r in batch]
+                outs = self._generate_batch(row_prompts, prompt_ids, sampling, generator)
+                for r, out in zip(batch, outs, strict=True):
+                    done[r] = out
+        grouped: list[list[Completion]] = [[] for _ in prompts]
+        for r, completion in enumerate(done):
+            assert completion is not None
+            grouped[rows[r]].append(completion)
+        return grouped
+
+    def _generate_batch(
+        self,
+        row_prompts: list[int],
+        prompt_ids: list[list[int]],
+        sampling: SamplingParams,
+        generator: torch.Generator,
+    ) -> list[Completion]:
+        """Completions for rows whose prompts are `row_prompts` (indices into `prompt_ids`;
+        rows of one prompt are adjacent)."""
+        # Prefill each distinct prompt once, then copy its cache to each of its rows: with
+        # GRPO's n samples per prompt most of the prefill would otherwise be repeated.
+        runs = [(p, len(list(group))) for p, group in itertools.groupby(row_prompts)]
+        unique = [p for p, _ in runs]
+        counts = torch.tensor([count for _, count in runs], device=self.device)
+        prompts = [prompt_ids[p] for p in unique]
+        width = max(len(ids) for ids in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for u, ids in enumerate(prompts):
+            input_ids[u, width - len(ids) :] = torch.tensor(ids)
+            mask[u, width - len(ids) :] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, W], 0 at each prompt's first token
+        cache = preallocated_cache(self.model.config, width + sampling.max_new_tokens)
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_kwarg: cache},
+        ).logits[:, -1, :]  # [U, V]
+        expand = torch.repeat_interleave(torch.arange(len(prompts), device=self.device), counts)
+        cache.batch_select_indices(expand)
+        logits, mask = logits[expand], mask[expand]  # [B, V], [B, W]
+        next_pos = positions[expand, -1] + 1  # [B]
+        prompts = [prompt_ids[p] for p in row_prompts]
+        batch = len(prompts)
+
+        tokens_out: list[list[int]] = [[] for _ in prompts]
+        logprobs_out: list[list[float]] = [[] for _ in prompts]
+        reasons = ["length"] * batch
+        stop_at: list[int | None] = [None] * batch  # char offset of the stop string in the text
+        in_cache = list(range(batch))  # rows in the cache, in cache order
+        finished = [False] * batch
+        for step in range(sampling.max_new_tokens):
+            tokens, logprobs = sample_tokens(logits.float(), sampling, generator)  # [A], [A]
+            for b, tok, lp in zip(in_cache, tokens.tolist(), logprobs.tolist(), strict=True):
+                if finished[b]:
+                    continue
+                tokens_out[b].append(tok)
+                logprobs_out[b].append(lp)
+                if tok in self.eos_ids:
+                    reasons[b], finished[b] = "stop", True
+                elif sampling.stop:
+                    at = first_stop(self._decode(tokens_out[b]), sampling.stop)
+                    if at is not None:
+                        reasons[b], stop_at[b], finished[b] = "stop", at, True
+            keep = [k for k, b in enumerate(in_cache) if not finished[b]]
+            if not keep or step == sampling.max_new_tokens - 1:
+                break
+            # Dropping rows copies the cache, so wait until an eighth of the batch is done;
+            # until then finished rows ride along and their tokens are ignored.
+            if (len(in_cache) - len(keep)) * 8 >= len(in_cache):
+                index = torch.tensor(keep, device=self.device)
+                cache.batch_select_indices(index)
+                mask, next_pos, tokens = mask[index], next_pos[index], tokens[index]
+                in_cache = [in_cache[k] for k in keep]
+            mask = torch.cat([mask, mask.new_ones((len(in_cache), 1))], dim=1)
+            logits = self.model(
+                input_ids=tokens[:, None],
+                attention_mask=mask,
+                position_ids=next_pos[:, None],
+                use_cache=True,
+                **{self._cache_kwarg: cache},
+            ).logits[:, -1, :]
+            next_pos = next_pos + 1
+
+        out = []
+        for b, ids in enumerate(prompts):
+            text = self._decode(tokens_out[b])
+            if stop_at[b] is not None:
+                text = text[: stop_at[b]]
+            out.append(
+                Completion(
+                    prompt_ids=list(ids),
+                    token_ids=tokens_out[b],
+                    text=text,
+                    logprobs=logprobs_out[b],
+                    finish_reason=reasons[b],
+                    weight_version=self.version,
+                )
+            )
+        return out
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def preallocated_cache(config: Any, capacity: int) -> Any:
+    """A `DynamicCache` whose full-attention layers write into buffers of `capacity` tokens.
+
+    The stock layer concatenates its keys and values with each new token, copying the whole
+    cache every step (a third of the CPU time at 64 new tokens); other layer kinds (sliding
+    window, linear attention) are left as transformers builds them.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs):
+            if not self.is_initialized:
+                batch, heads, _, _ = key_states.shape
+                self.device = key_states.device
+                self.k_buf = key_states.new_empty((batch, heads, capacity, key_states.shape[-1]))
+                self.v_buf = value_states.new_empty(
+                    (batch, heads, capacity, value_states.shape[-1])
+                )
+                self.length = 0
+                self.is_initialized = True
+            new = key_states.shape[-2]
+            self.k_buf[:, :, self.length : self.length + new] = key_states
+            self.v_buf[:, :, self.length : self.length + new] = value_states
+            self.length += new
+            self.keys, self.values = self._views()
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: Tensor) -> None:
+            if self.is_initialized:
+                self.k_buf = self._select(self.k_buf, indices)
+                self.v_buf = self._select(self.v_buf, indices)
+                self.keys, self.values = self._views()
+
+        def _select(self, buf: Tensor, indices: Tensor) -> Tensor:
+            # Copy only the filled part of the rows kept.
+            out = buf.new_empty((len(indices), *buf.shape[1:]))
+            out[:, :, : self.length] = buf[indices, :, : self.length]
+            return out
+
+        def _views(self) -> tuple[Tensor, Tensor]:
+            return self.k_buf[:, :, : self.length], self.v_buf[:, :, : self.length]
+
+    cache = DynamicCache(config=config)
+    cache.layers = [
+        PreallocatedLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers
+    ]
+    return cache
+
+
+def first_stop(text: str, stops: list[str]) -> int | None:
+    """Offset at which to cut `text`: the stop string that ends first wins, ties go to the
+    earlier one in `stops` (vLLM's rule), or None when no stop string occurs."""
+    best: tuple[int, int] | None = None  # (end, start)
+    for stop in stops:
+        at = text.find(stop)
+        if at >= 0 and (best is None or at + len(stop) < best[0]):
+            best = (at + len(stop), at)
+    return None if best is None else best[1]
+
+
+def sample_tokens(
+    logits: Tensor, sampling: SamplingParams, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """One token per row and its log-prob under log_softmax(logits / temperature).
+
+    Top-k and top-p shape what is drawn, never the reported log-prob (see engines.base).
+    Shapes: logits [A, V] float32 -> tokens [A] long, logprobs [A] float32.
+    """
+    if sampling.temperature == 0:
+        tokens = logits.argmax(dim=-1)  # [A]
+        logprobs = torch.log_softmax(logits, dim=-1)  # [A, V]
+        return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+    scaled = logits / sampling.temperature  # [A, V]
+    logprobs = torch.log_softmax(scaled, dim=-1)  # [A, V]
+    drawn = scaled
+    vocab = scaled.shape[-1]
+    if 0 < sampling.top_k < vocab:
+        kth = torch.topk(drawn, sampling.top_k, dim=-1).values[:, -1:]  # [A, 1]
+        drawn = drawn.masked_fill(drawn < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        sorted_logits, sorted_idx = torch.sort(drawn, dim=-1, descending=True)  # [A, V]
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs  # [A, V]
+        # Smallest prefix whose mass reaches top_p; the most likely token is always kept.
+        cut = mass_before >= sampling.top_p
+        cut[:, 0] = False
+        drawn = drawn.masked_fill(cut.scatter(-1, sorted_idx, cut), float("-inf"))
+    probs = torch.softmax(drawn, dim=-1)  # [A, V]
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [A]
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)

@@ -1,0 +1,248 @@
+"""Model and tokenizer loading: the seeded tiny model, load checks that fail fast, loaders.
+
+`resolve_model_path` turns `model.path` into something `from_pretrained` can load. For "tiny"
+it builds a small causal LM with a byte-level tokenizer (no download, any text round-trips) and
+saves it under the cache directory keyed by a hash of its config and seed, so every actor that
+resolves the same config loads identical weights. For anything else it checks, in seconds,
+that the path or hub id really holds a causal LM and a tokenizer, and says what it tried if not.
+
+The tiny model is a Qwen3 (the Qwen2 decoder plus q/k norms) rather than a Qwen2: transformers
+ignores the `tokenizer_class` a checkpoint declares for model_type "qwen2" and always loads
+`Qwen2Tokenizer`, which would silently pair the byte-level model with the wrong vocabulary.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import torch
+
+from rlrun.config import ModelConfig
+
+TINY = "tiny"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Bumped when the tiny model's construction changes, so old cache entries are not reused.
+_TINY_FORMAT = 1
+_TINY_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
+
+
+class ModelLoadError(ValueError):
+    """A model or tokenizer named in the config cannot be loaded."""
+
+
+def resolve_model_path(cfg: ModelConfig, cache_dir: str, seed: int = 0) -> str:
+    """A path or hub id that `load_causal_lm` and `load_tokenizer` can load.
+
+    `seed` only matters for the tiny model (callers pass `run.seed`): the same tiny config and
+    seed always give the same directory and the same weights.
+    """
+    if cfg.path == TINY:
+        if cfg.tokenizer is not None:
+            raise ModelLoadError(
+                f"model.tokenizer={cfg.tokenizer!r} cannot be combined with model.path=tiny: the "
+                "tiny model brings its own byte-level tokenizer (set model.tokenizer=null)"
+            )
+        return build_tiny_model(cfg, cache_dir, seed)
+    check_loadable(cfg.path, cfg.tokenizer)
+    return cfg.path
+
+
+def tiny_model_dir(cfg: ModelConfig, cache_dir: str, seed: int = 0) -> Path:
+    key = json.dumps({"tiny": asdict(cfg.tiny), "seed": seed, "format": _TINY_FORMAT},
+                     sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return Path(cache_dir) / f"tiny-{digest}"
+
+
+def build_tiny_model(cfg: ModelConfig, cache_dir: str, seed: int = 0) -> str:
+    """Build (once) and save the tiny model and its tokenizer; return the directory."""
+    from transformers import ByT5Tokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    target = tiny_model_dir(cfg, cache_dir, seed)
+    if all((target / name).is_file() for name in _TINY_FILES):
+        return str(target)
+    tiny = cfg.tiny
+    if tiny.hidden_size % tiny.num_heads:
+        raise ModelLoadError(
+            f"model.tiny.hidden_size={tiny.hidden_size} must be a multiple of "
+            f"model.tiny.num_heads={tiny.num_heads}"
+        )
+    # No <extra_id_*> sentinels: they are for T5 span corruption and would only widen the vocab.
+    tokenizer = ByT5Tokenizer(extra_ids=0)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=tiny.hidden_size,
+        num_hidden_layers=tiny.num_layers,
+        num_attention_heads=tiny.num_heads,
+        num_key_value_heads=tiny.num_heads,
+        head_dim=tiny.hidden_size // tiny.num_heads,
+        intermediate_size=tiny.intermediate_size,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tokenizer_class=type(tokenizer).__name__,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+
+    # Build in a sibling temp dir and rename, so concurrent builders (several actors starting at
+    # once) never see a half-written model; the loser of the race discards its copy.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        model.save_pretrained(scratch)
+        tokenizer.save_pretrained(scratch)
+        try:
+            os.rename(scratch, target)
+        except OSError:
+            if not all((target / name).is_file() for name in _TINY_FILES):
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return str(target)
+
+
+def _looks_local(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~")) or os.path.exists(path)
+
+
+def _offline() -> bool:
+    return any(
+        os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def _hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def _reachable(url: str, timeout_s: float = 3.0) -> bool:
+    """Whether a TCP connection to the URL's host opens; huggingface_hub itself retries an
+    unreachable hub for about 20 s before giving up."""
+    parsed = urlparse(url)
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    try:
+        socket.create_connection((parsed.hostname or "", port), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _from_pretrained(loader: Any, path: str, key: str, what: str) -> Any:
+    """`loader.from_pretrained(path)`, trying a local directory, then the Hugging Face cache,
+    then the hub only when it answers, so a bad path fails in seconds with what was tried."""
+    if _looks_local(path):
+        local = Path(path).expanduser()
+        if not local.is_dir():
+            raise ModelLoadError(f"{key}={path!r}: local directory {local} does not exist")
+        try:
+            return loader.from_pretrained(str(local))
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            raise ModelLoadError(
+                f"{key}={path!r}: cannot load the {what} from {local} ({_first_line(err)}; "
+                "expected a directory written by save_pretrained)"
+            ) from None
+    try:
+        return loader.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError):
+        pass
+    if _offline():
+        raise ModelLoadError(
+            f"{key}={path!r}: not a local directory and its {what} is not in the Hugging Face "
+            "cache, and HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set so the hub was not "
+            f"tried (download it first, or point {key} at a local directory)"
+        )
+    endpoint = _hub_endpoint()
+    if not _reachable(endpoint):
+        raise ModelLoadError(
+            f"{key}={path!r}: not a local directory and its {what} is not in the Hugging Face "
+            f"cache, and the hub ({endpoint}) cannot be reached from this machine (download the "
+            f"model where there is network and copy it here, or point {key} at a local directory)"
+        )
+    try:
+        return loader.from_pretrained(path)
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        raise ModelLoadError(
+            f"{key}={path!r}: not a local directory, not in the Hugging Face cache, and the hub "
+            f"did not provide its {what} ({_first_line(err)}); check the id, or HF_TOKEN for "
+            "gated models"
+        ) from None
+
+
+def check_loadable(path: str, tokenizer: str | None = None) -> None:
+    """Fail with one clear message unless `path` is a causal LM and its tokenizer loads."""
+    from transformers import AutoConfig, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    config = _from_pretrained(AutoConfig, path, "model.path", "config")
+    if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
+        archs = ", ".join(getattr(config, "architectures", None) or []) or "none listed"
+        raise ModelLoadError(
+            f"model.path={path!r} is a {config.model_type!r} model (architectures: {archs}), not "
+            "a causal language model that AutoModelForCausalLM can load"
+        )
+    if _looks_local(path):
+        local = Path(path).expanduser()
+        if not any(local.glob("*.safetensors")) and not any(local.glob("pytorch_model*.bin")):
+            raise ModelLoadError(
+                f"model.path={path!r}: {local} has a config but no weights (*.safetensors or "
+                "pytorch_model*.bin)"
+            )
+    if tokenizer:
+        _from_pretrained(AutoTokenizer, tokenizer, "model.tokenizer", "tokenizer")
+    else:
+        _from_pretrained(AutoTokenizer, path, "model.path", "tokenizer")
+
+
+def load_tokenizer(path: str) -> Any:
+    """The tokenizer at `path`, padding on the left (generation appends on the right)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(path: str, dtype: str = "float32") -> torch.nn.Module:
+    """The causal LM at `path` in `dtype`, on CPU, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"model.dtype={dtype!r}: choose one of {', '.join(DTYPES)}")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    return model.eval()
+
+
+def state_dict_shapes(path: str) -> dict[str, tuple[int, ...]]:
+    """Name and shape of every entry in the state dict of the model at `path` (what an
+    engine's `load_weights` expects), without allocating its weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
