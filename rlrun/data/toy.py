@@ -17,8 +17,31 @@ from rlrun.records import Problem, StdioTest, Tests
 TOY_KINDS = ("arithmetic", "code", "mixed")
 
 
-def arithmetic_problems(n: int, seed: int, max_operand: int = 20) -> list[Problem]:
-    """`n` problems like "What is 3 + 4?" (answer "7", reference "3 + 4 = 7\\n#### 7").
+_NAMES = (
+    "Ann", "Ben", "Cal", "Dee", "Eli", "Fay", "Gus", "Hal", "Ivy", "Jon", "Kim", "Lou",
+    "Max", "Ned", "Ola", "Pam", "Raj", "Sue", "Tom", "Uma",
+)
+_ITEMS = (
+    "apples", "books", "cards", "coins", "cups", "eggs", "hats", "keys", "nuts", "pens",
+    "rocks", "shells", "socks", "stamps", "toys", "balls",
+)
+# Word problems: the numbers sit in changing sentences, so a held-out problem is a new wording of
+# arithmetic the model can still do, not a fact it could only have memorised.
+_ADD = (
+    "{name} has {a} {items} and gets {b} more. How many {items} does {name} have now?",
+    "There are {a} {items} in a box and {name} puts in {b} more. How many {items} are in the box?",
+    "What is {a} + {b}?",
+)
+_SUB = (
+    "{name} has {a} {items} and gives away {b}. How many {items} does {name} have left?",
+    "There are {a} {items} on a table and {name} takes {b}. How many {items} are on the table?",
+    "What is {a} - {b}?",
+)
+
+
+def arithmetic_problems(n: int, seed: int, max_operand: int = 9) -> list[Problem]:
+    """`n` word problems like "Ann has 3 apples and gets 4 more. ..." (answer "7", reference
+    "3 + 4 = 7\n#### 7").
 
     Subtractions never go below zero, so every answer is a plain non-negative integer.
     """
@@ -30,14 +53,16 @@ def arithmetic_problems(n: int, seed: int, max_operand: int = 20) -> list[Proble
         if op == "-" and b > a:
             a, b = b, a
         value = a + b if op == "+" else a - b
+        template = rng.choice(_ADD if op == "+" else _SUB)
+        prompt = template.format(name=rng.choice(_NAMES), items=rng.choice(_ITEMS), a=a, b=b)
         problems.append(
             Problem(
                 id=f"toy-arith-{i}",
-                prompt=f"What is {a} {op} {b}?",
+                prompt=prompt,
                 kind="math",
                 answer=str(value),
                 reference=f"{a} {op} {b} = {value}\n#### {value}",
-                meta={"source": "toy:arithmetic"},
+                meta={"source": "toy:arithmetic", "op": op},
             )
         )
     return problems
@@ -92,7 +117,7 @@ def code_problems(n: int, seed: int) -> list[Problem]:
         problems.append(
             Problem(
                 id=f"toy-code-{i}",
-                prompt=statement,
+                prompt=f"{rng.choice(_NAMES)} asks: {statement}",
                 kind="code",
                 tests=Tests(stdio=tests),
                 language="python",

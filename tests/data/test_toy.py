@@ -1,6 +1,7 @@
 """Toy tasks: deterministic, prefix-stable, and correct by construction."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -15,12 +16,19 @@ def test_arithmetic_is_deterministic_and_prefix_stable():
 
 def test_arithmetic_answers_and_references_are_right():
     for p in arithmetic_problems(200, 0):
-        a, op, b = p.prompt.removeprefix("What is ").removesuffix("?").split()
+        a, op, b = re.findall(r"\d+|[+-]", p.reference.split(" =")[0])
         value = int(a) + int(b) if op == "+" else int(a) - int(b)
         assert p.answer == str(value) and value >= 0
         assert p.reference == f"{a} {op} {b} = {value}\n#### {value}"
+        assert re.findall(r"\d+", p.prompt) == [a, b]
         assert p.kind == "math"
     assert arithmetic_problems(18, 0)[17].id == "toy-arith-17"
+
+
+def test_arithmetic_prompts_vary_so_held_out_problems_are_new_wordings():
+    problems = arithmetic_problems(500, 0)
+    assert len({p.prompt for p in problems}) > 350
+    assert len({p.reference for p in problems}) < 200
 
 
 def test_code_problems_shape():
