@@ -1,0 +1,68 @@
+"""The executor's pure parts: the plain-data encoding, framing, and the seccomp program."""
+
+import os
+
+import pytest
+
+from rlrun.sandbox import executor
+
+
+@pytest.mark.parametrize("value", [
+    None, True, 0, -3, 10 ** 40, 1.5, float("inf"), "", "é\n", [1, [2]], (1, "a"), (),
+    {"a": 1, 2: [3], (1, 2): None}, {1, 2}, frozenset({"x"}), b"\x00\xff", [(1, {2: {3}})],
+])
+def test_plain_round_trip_keeps_exact_types(value) -> None:
+    back = executor.decode_plain(executor.encode_plain(value))
+    assert back == value and type(back) is type(value)
+
+
+def test_nan_round_trips() -> None:
+    back = executor.decode_plain(executor.encode_plain(float("nan")))
+    assert back != back
+
+
+@pytest.mark.parametrize("value", [object(), type("I", (int,), {})(3), [1, object()],
+                                   {"a": type("S", (str,), {})("x")}, range(3), print])
+def test_non_plain_values_are_refused(value) -> None:
+    with pytest.raises(executor.NotPlainData):
+        executor.encode_plain(value)
+
+
+def test_recursive_structures_are_refused() -> None:
+    a: list = []
+    a.append(a)
+    with pytest.raises(executor.NotPlainData):
+        executor.encode_plain(a)
+
+
+def test_malformed_trees_are_refused() -> None:
+    for tree in [{"x": 1}, {"t": [1], "d": []}, {"zz": []}]:
+        with pytest.raises(executor.NotPlainData):
+            executor.decode_plain(tree)
+
+
+def test_frames_round_trip_and_garbage_is_reported() -> None:
+    r, w = os.pipe()
+    executor.send_frame(w, {"k": "ret", "v": [1, "x"]})
+    os.close(w)
+    data = os.read(r, 1 << 16)
+    os.close(r)
+    frames, err = executor.parse_frames(data)
+    assert frames == [{"k": "ret", "v": [1, "x"]}] and err == ""
+    assert executor.parse_frames(data + b"\x00\x00")[1] == "trailing bytes on the result pipe"
+    assert executor.parse_frames(data[:-1])[1] == "truncated result frame"
+    assert executor.parse_frames(b"\x00\x00\x00\x02{x")[1] == "malformed result frame"
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the deny-list has x86_64 numbers")
+def test_seccomp_program_jumps_stay_in_range() -> None:
+    lists = [(executor.X86_64_DENY.values(), True), (executor.X86_64_CHILD_DENY.values(), False)]
+    for denied, sockets in lists:
+        arr, prog = executor.build_seccomp(denied, sockets)
+        n = prog.len
+        for i in range(n):
+            op = arr[i]
+            if op.code == 0x15 or op.code == 0x35:
+                assert i + 1 + op.jt < n and i + 1 + op.jf < n
+        assert arr[n - 1].k == executor.SECCOMP_RET_ERRNO | 1
+        assert arr[n - 2].k == executor.SECCOMP_RET_ALLOW
