@@ -1,0 +1,178 @@
+"""From scored groups of completions to the per-rank shards a learner step consumes.
+
+The coordinator collects groups (the G scored completions of one prompt), drops groups that
+are too stale for `algo.max_staleness`, computes group advantages, and cuts the batch into
+`algo.epochs * algo.mini_batches` optimizer updates, each split into `learner.num_workers`
+equal, contiguous rank shares. The loss normaliser of every update is computed over the whole
+update (all ranks), so the per-rank losses add up to the global loss whatever the world size.
+
+Notation used for tensor shapes: B groups (prompts), G completions per group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from rlrun.algo import LossNorm, filter_equal_groups, group_advantages, plan_minibatches
+from rlrun.records import ScoredSample
+
+
+@dataclass
+class Group:
+    """The G scored completions of one prompt, in generation order."""
+
+    problem_index: int
+    scored: list[ScoredSample]
+
+    @property
+    def version(self) -> int:
+        """The oldest weight version that produced a completion of this group."""
+        return min(s.sample.weight_version for s in self.scored)
+
+
+@dataclass
+class TrainSample:
+    """One sequence as the learner sees it."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    behaviour_logprobs: list[float]  # [len(response_ids)], from the rollout engine
+    advantage: float
+
+
+@dataclass
+class Update:
+    """One rank's share of one optimizer update, with the update's global normaliser."""
+
+    samples: list[TrainSample]
+    norm: LossNorm
+
+
+@dataclass
+class Shard:
+    """Everything one learner rank trains on in one step."""
+
+    step: int
+    updates: list[Update]  # epochs * mini_batches, in order
+    data_position: int  # DataOrder position after this step's prompts were drawn
+    version: int  # weight version the learner holds when it starts this step
+    checkpoint: bool = False  # save a checkpoint after this step
+
+
+def rewards_tensor(groups: list[Group]) -> torch.Tensor:
+    """Rewards as [B, G]."""
+    return torch.tensor([[s.reward for s in g.scored] for g in groups], dtype=torch.float32)
+
+
+def split_informative(groups: list[Group]) -> tuple[list[Group], list[Group]]:
+    """(groups with a reward spread, groups whose rewards are all equal)."""
+    if not groups:
+        return [], []
+    keep = filter_equal_groups(rewards_tensor(groups)).tolist()  # [B]
+    pairs = list(zip(groups, keep, strict=True))
+    return [g for g, k in pairs if k], [g for g, k in pairs if not k]
+
+
+def drop_stale(groups: list[Group], version: int, max_staleness: int) -> tuple[list[Group], int]:
+    """Keep groups generated at most `max_staleness` versions before `version`.
+
+    Returns (kept groups, number of dropped samples).
+    """
+    kept = [g for g in groups if version - g.version <= max_staleness]
+    dropped = sum(len(g.scored) for g in groups if version - g.version > max_staleness)
+    return kept, dropped
+
+
+def trim_groups(groups: list[Group], parts: int) -> list[Group]:
+    """The longest prefix of groups whose sample count divides into `parts` equal shares."""
+    n = len(groups)
+    while n and sum(len(g.scored) for g in groups[:n]) % parts:
+        n -= 1
+    return groups[:n]
+
+
+def to_train_samples(groups: list[Group], scale_rewards: str) -> list[TrainSample]:
+    """Flatten groups into samples carrying their group-relative advantage."""
+    if not groups:
+        return []
+    adv = group_advantages(rewards_tensor(groups), scale_rewards)  # [B, G]
+    out = []
+    for g, row in zip(groups, adv.tolist(), strict=True):
+        for s, a in zip(g.scored, row, strict=True):
+            out.append(
+                TrainSample(
+                    prompt_ids=list(s.sample.prompt_ids),
+                    response_ids=list(s.sample.response_ids),
+                    behaviour_logprobs=list(s.sample.logprobs),
+                    advantage=float(a),
+                )
+            )
+    return out
+
+
+def make_shards(
+    samples: list[TrainSample],
+    *,
+    step: int,
+    world_size: int,
+    epochs: int,
+    mini_batches: int,
+    max_len: int,
+    seed: int,
+    data_position: int,
+    version: int,
+    checkpoint: bool = False,
+) -> list[Shard]:
+    """Cut `samples` into `epochs * mini_batches` updates, each into `world_size` rank shares.
+
+    The plan comes from `rlrun.algo.plan_minibatches`, whose shuffle depends only on
+    (seed, step, epoch), so the global updates are the same for every `world_size`.
+    `len(samples)` must divide by `mini_batches * world_size` (see `trim_groups`).
+    """
+    lengths = torch.tensor([len(s.response_ids) for s in samples])  # [N]
+    mask = torch.arange(int(lengths.max()) if len(samples) else 0) < lengths[:, None]  # [N, L]
+    shards = [
+        Shard(step, [], data_position, version, checkpoint) for _ in range(world_size)
+    ]
+    for epoch in range(epochs):
+        plan = plan_minibatches(
+            mask, mini_batches, world_size, max_len, seed=seed, step=step, epoch=epoch
+        )
+        for mini_batch in plan:
+            for shard, idx in zip(shards, mini_batch.shards, strict=True):
+                shard.updates.append(
+                    Update([samples[i] for i in idx.tolist()], mini_batch.norm)
+                )
+    return shards
+
+
+def batch_metrics(groups: list[Group], version: int) -> dict[str, float]:
+    """Reward, response-length and staleness statistics of the groups trained on."""
+    scored = [s for g in groups for s in g.scored]
+    if not scored:
+        return {}
+    rewards = np.array([s.reward for s in scored], dtype=np.float64)
+    lengths = np.array([len(s.sample.response_ids) for s in scored], dtype=np.float64)
+    staleness = np.array([version - s.sample.weight_version for s in scored], dtype=np.float64)
+    metrics = {
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()),
+        "response/len_mean": float(lengths.mean()),
+        "response/len_max": float(lengths.max()),
+        "response/truncated_frac": float(
+            np.mean([s.sample.finish_reason == "length" for s in scored])
+        ),
+        "async/staleness_mean": float(staleness.mean()),
+        "async/staleness_max": float(staleness.max()),
+    }
+    names = sorted({name for s in scored for name in s.components})
+    for name in names:
+        metrics[f"reward/{name}"] = float(np.mean([s.components.get(name, 0.0) for s in scored]))
+    if "correctness" in names:
+        metrics["train/accuracy"] = float(
+            np.mean([s.components.get("correctness", 0.0) >= 1.0 for s in scored])
+        )
+    return metrics

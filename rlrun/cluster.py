@@ -1,0 +1,106 @@
+"""Checks that a run fits the Ray cluster, done before anything waits on the cluster.
+
+A placement group that asks for more than the cluster has waits forever, and a Ray address
+that does not answer can hang `ray.init` for minutes; both are checked here first, so the user
+gets one message naming the config key and what the cluster has, within seconds.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from rlrun.config import Config
+
+
+class ClusterError(RuntimeError):
+    """The configured run cannot be placed on (or cannot reach) the Ray cluster."""
+
+
+@dataclass(frozen=True)
+class Demand:
+    """`count` actors of one role, each needing `cpus` CPUs and `gpus` GPUs."""
+
+    role: str  # config section: rollout | learner | sandbox
+    count_key: str  # the config key that sets `count`
+    count: int
+    cpus: float
+    gpus: float
+
+    def bundles(self) -> list[dict[str, float]]:
+        bundle = {"CPU": self.cpus} | ({"GPU": self.gpus} if self.gpus else {})
+        return [dict(bundle) for _ in range(self.count)]
+
+
+def demands(cfg: Config, needs_sandbox: bool) -> list[Demand]:
+    """What each role asks for, from config."""
+    out = [
+        Demand("rollout", "rollout.num_actors", cfg.rollout.num_actors,
+               cfg.rollout.num_cpus, cfg.rollout.num_gpus),
+        Demand("learner", "learner.num_workers", cfg.learner.num_workers,
+               cfg.learner.num_cpus, cfg.learner.num_gpus),
+    ]
+    if needs_sandbox:
+        out.append(Demand("sandbox", "sandbox.num_actors", cfg.sandbox.num_actors,
+                          cfg.sandbox.num_cpus, 0.0))
+    return out
+
+
+def _breakdown(ds: list[Demand], attr: str) -> str:
+    return " + ".join(
+        f"{d.count_key}={d.count} x {d.role}.num_{attr}={getattr(d, attr):g}"
+        for d in ds
+        if getattr(d, attr)
+    )
+
+
+def check_fits(
+    ds: list[Demand], cluster: dict[str, float], nodes: list[dict[str, float]]
+) -> None:
+    """Raise ClusterError unless the cluster's totals and some node per actor can hold `ds`.
+
+    cluster: `ray.cluster_resources()`; nodes: the `Resources` of each alive node.
+    """
+    for resource, attr in (("CPU", "cpus"), ("GPU", "gpus")):
+        need = sum(d.count * getattr(d, attr) for d in ds)
+        have = float(cluster.get(resource, 0.0))
+        if need > have + 1e-9:
+            raise ClusterError(
+                f"the run needs {need:g} {resource}s ({_breakdown(ds, attr)}) but the Ray "
+                f"cluster has {have:g}: lower these config keys or add nodes"
+            )
+        biggest = max((float(n.get(resource, 0.0)) for n in nodes), default=0.0)
+        for d in ds:
+            per_actor = getattr(d, attr)
+            if per_actor > biggest + 1e-9:
+                key = f"{d.role}.num_{attr}"
+                raise ClusterError(
+                    f"{key}={per_actor:g} does not fit on any node: the largest node has "
+                    f"{biggest:g} {resource}s"
+                )
+
+
+def check_address(address: str, timeout_s: float = 5.0) -> None:
+    """Raise ClusterError unless something accepts TCP connections at a `host:port` address.
+
+    "auto" and "local" are left to `ray.init`, which fails fast for them on its own.
+    """
+    if address in ("auto", "local"):
+        return
+    parsed = urlsplit(address if "://" in address else f"ray://{address}")
+    host, port = parsed.hostname, parsed.port
+    if not host or not port:
+        raise ClusterError(
+            f"Ray address {address!r} (run.ray_address or $RAY_ADDRESS) is not host:port, "
+            "ray://host:port, auto or null"
+        )
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as err:
+        raise ClusterError(
+            f"Ray address {address!r} (run.ray_address or $RAY_ADDRESS) does not answer within "
+            f"{timeout_s:g}s ({err}): start the cluster, fix the address, or set "
+            "run.ray_address=null for a local Ray"
+        ) from None

@@ -1,0 +1,239 @@
+"""Supervised warm-start: TRL's `SFTTrainer` on reference solutions, inside Ray Train workers.
+
+RL needs a policy that sometimes succeeds: a model that never produces a correct answer gets
+all-equal groups and no gradient. `run_sft` fine-tunes on the problems' reference solutions,
+written in the answer format the reward expects, and stops as soon as held-out *sampled*
+accuracy (the quantity GRPO improves) first reaches `sft.target_accuracy`, so RL starts with
+both room to improve and signal to learn from. A fixed step count would make that starting
+point depend on the learning rate, seed and model size.
+
+The accuracy check generates with the real rollout engine and scores with the real reward
+(math verifier, sandbox for code), exactly as training will.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlrun.config import Config, from_dict, to_dict
+from rlrun.records import Problem
+
+# Correctness statuses that count as solved: a right math answer, code passing every test.
+SOLVED = ("correct", "accepted")
+
+
+@dataclass
+class SFTResult:
+    model_path: str  # directory of the warm-started model in Hugging Face format
+    steps: int  # optimizer steps taken
+    accuracy: float  # last held-out sampled accuracy
+    history: list[dict[str, float]]  # one row per accuracy check: step, accuracy, loss
+
+
+def reference_completion(problem: Problem) -> str:
+    """The reference solution as the completion the reward expects for this problem."""
+    if problem.reference is None:
+        raise ValueError(f"problem {problem.id} has no reference solution to train on")
+    if problem.kind == "math":
+        return problem.reference
+    code = problem.code_prefix + problem.reference if problem.code_prefix else problem.reference
+    return f"```{problem.language}\n{code.rstrip()}\n```"
+
+
+def sft_rows(problems: list[Problem], cfg: Config, tokenizer: Any = None) -> list[dict[str, str]]:
+    """Prompt-completion rows (TRL's format) for every problem that has a reference."""
+    from rlrun.data.prompts import render_prompt
+
+    return [
+        {
+            "prompt": render_prompt(p, cfg.data, tokenizer, chat=cfg.model.chat_template),
+            "completion": reference_completion(p),
+        }
+        for p in problems
+        if p.reference is not None
+    ]
+
+
+def held_out_accuracy(
+    engine: Any, reward: Any, problems: list[Problem], cfg: Config, seed: int
+) -> float:
+    """Mean correctness of sampled completions (the training sampling settings) on `problems`."""
+    from rlrun.data.prompts import render_prompt
+    from rlrun.engines import SamplingParams
+    from rlrun.records import Sample
+
+    prompts = [
+        render_prompt(p, cfg.data, engine.tokenizer, chat=cfg.model.chat_template)
+        for p in problems
+    ]
+    n = cfg.trainer.eval_samples
+    sampling = SamplingParams.from_config(cfg.rollout.sampling, n=n, seed=seed)
+    groups = engine.generate(prompts, sampling)
+    flat_problems, samples = [], []
+    for gi, (problem, group) in enumerate(zip(problems, groups, strict=True)):
+        for c in group:
+            flat_problems.append(problem)
+            samples.append(
+                Sample(
+                    problem_id=problem.id, group_id=gi, prompt_ids=c.prompt_ids,
+                    response_ids=c.token_ids, response_text=c.text, logprobs=c.logprobs,
+                    weight_version=c.weight_version, finish_reason=c.finish_reason,
+                )
+            )
+    checks = reward.correctness(flat_problems, samples)
+    return sum(c.status in SOLVED for c in checks) / max(len(checks), 1)
+
+
+def _train_loop(loop_cfg: dict[str, Any]) -> None:
+    """One Ray Train worker: build the SFTTrainer, train until the accuracy target, save."""
+    import tempfile
+
+    import datasets
+    import ray.train
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from rlrun.engines.hf import HFEngine
+    from rlrun.models import load_causal_lm, load_tokenizer
+    from rlrun.rewards import build_reward
+
+    # The rows live in memory; caching would also make datasets fingerprint TRL's map functions
+    # with dill, which prints their disassembly through Ray's captured stdout.
+    datasets.disable_caching()
+    cfg = from_dict(loop_cfg["config"])
+    base = loop_cfg["model_path"]
+    train = [Problem.from_dict(d) for d in loop_cfg["train"]]
+    val = [Problem.from_dict(d) for d in loop_cfg["val"]]
+    rank = ray.train.get_context().get_world_rank()
+    torch.manual_seed(cfg.run.seed)
+
+    tokenizer = load_tokenizer(base)
+    tokenizer.padding_side = "right"
+    model = load_causal_lm(base, cfg.model.dtype)
+    dataset = Dataset.from_list(sft_rows(train, cfg, tokenizer))
+    history: list[dict[str, float]] = []
+
+    judge = None
+    if any(p.kind == "code" for p in val):
+        from rlrun.sandbox import Judge
+
+        judge = Judge(cfg.sandbox.backend, cfg.sandbox.workers_per_actor, cfg.sandbox)
+    reward = build_reward(cfg, judge.judge if judge else None)
+    engine = HFEngine(base, cfg.rollout, cfg.model.dtype) if rank == 0 else None
+
+    class AccuracyStop(TrainerCallback):
+        """Every `sft.eval_every` steps: held-out sampled accuracy; stop at the target."""
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001
+            if state.global_step % cfg.sft.eval_every:
+                return control
+            if engine is not None:
+                weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                engine.load_weights(state.global_step, weights)
+                acc = held_out_accuracy(engine, reward, val, cfg, seed=cfg.run.seed)
+                loss = next(
+                    (h["loss"] for h in reversed(state.log_history) if "loss" in h), float("nan")
+                )
+                history.append({"step": state.global_step, "accuracy": acc, "loss": loss})
+                print(f"sft step={state.global_step} loss: {loss:.4f} val/accuracy: {acc:.3f}",
+                      flush=True)
+                stop = acc >= cfg.sft.target_accuracy
+            else:
+                stop = False
+            if torch.distributed.is_initialized():
+                flag = torch.tensor([1.0 if stop else 0.0])
+                torch.distributed.broadcast(flag, src=0)
+                stop = bool(flag.item())
+            control.should_training_stop = stop
+            return control
+
+    args = SFTConfig(
+        output_dir=tempfile.mkdtemp(prefix="rlrun-sft-"),
+        max_steps=cfg.sft.max_steps,
+        learning_rate=cfg.sft.lr,
+        per_device_train_batch_size=cfg.sft.batch_size,
+        lr_scheduler_type="constant",
+        logging_steps=max(1, cfg.sft.eval_every // 2),
+        save_strategy="no",
+        report_to=[],
+        seed=cfg.run.seed,
+        data_seed=cfg.run.seed,
+        use_cpu=cfg.learner.num_gpus == 0,
+        completion_only_loss=True,
+        max_length=512,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    trainer = SFTTrainer(
+        model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+        callbacks=[AccuracyStop()],
+    )
+    trainer.train()
+    if judge is not None:
+        judge.close()
+
+    metrics = {
+        "steps": float(trainer.state.global_step),
+        "accuracy": history[-1]["accuracy"] if history else float("nan"),
+    }
+    if rank == 0:
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer.model.save_pretrained(Path(tmp) / "model")
+            load_tokenizer(base).save_pretrained(Path(tmp) / "model")
+            (Path(tmp) / "history.json").write_text(__import__("json").dumps(history))
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp))
+    else:
+        ray.train.report(metrics)
+
+
+def run_sft(cfg: Config, model_path: str, train: list[Problem], val: list[Problem]) -> SFTResult:
+    """Warm-start `model_path` on `train` references; return where the result was saved.
+
+    Ray must already be initialised (the caller owns the cluster connection).
+    """
+    import json
+
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    usable = [p for p in train if p.reference is not None]
+    if not usable:
+        raise ValueError(
+            f"sft.enabled is true but none of the {len(train)} training problems has a reference "
+            "solution to learn from (data.train must carry answers or programs)"
+        )
+    rng = random.Random(cfg.run.seed)
+    val_sample = rng.sample(val, min(len(val), 64)) if val else rng.sample(usable, 32)
+    out = Path(cfg.run.output_dir).resolve()
+    trainer = TorchTrainer(
+        _train_loop,
+        train_loop_config={
+            "config": to_dict(cfg),
+            "model_path": model_path,
+            "train": [p.to_dict() for p in usable],
+            "val": [p.to_dict() for p in val_sample],
+        },
+        scaling_config=ScalingConfig(
+            num_workers=cfg.learner.num_workers,
+            use_gpu=cfg.learner.num_gpus > 0,
+            resources_per_worker={"CPU": cfg.learner.num_cpus, "GPU": cfg.learner.num_gpus},
+        ),
+        run_config=RunConfig(name="sft", storage_path=str(out)),
+    )
+    result = trainer.fit()
+    if result.checkpoint is None:
+        raise RuntimeError(f"SFT finished without saving a model (see the log above): {result}")
+    target = out / "sft"
+    result.checkpoint.to_directory(str(target))
+    history = json.loads((target / "history.json").read_text())
+    return SFTResult(
+        model_path=str(target / "model"),
+        steps=int(result.metrics.get("steps", 0)),
+        accuracy=float(result.metrics.get("accuracy", float("nan"))),
+        history=history,
+    )

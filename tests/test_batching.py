@@ -1,0 +1,79 @@
+import pytest
+import torch
+
+from rlrun import batching
+from rlrun.records import Sample, ScoredSample
+
+
+def group(index: int, rewards: list[float], version: int = 0, length: int = 3) -> batching.Group:
+    scored = [
+        ScoredSample(
+            Sample(f"p{index}", index, [1, 2], [5] * (length + j), "x", [-1.0] * (length + j),
+                   version, "stop"),
+            reward=r,
+            components={"correctness": r},
+        )
+        for j, r in enumerate(rewards)
+    ]
+    return batching.Group(index, scored)
+
+
+def test_drop_stale_keeps_groups_within_max_staleness():
+    groups = [group(0, [0, 1], version=3), group(1, [0, 1], version=4), group(2, [1, 0], 5)]
+    kept, dropped = batching.drop_stale(groups, version=5, max_staleness=1)
+    assert [g.problem_index for g in kept] == [1, 2]
+    assert dropped == 2
+
+
+def test_split_informative_separates_all_equal_groups():
+    informative, flat = batching.split_informative([group(0, [1, 1]), group(1, [0, 1])])
+    assert [g.problem_index for g in informative] == [1]
+    assert [g.problem_index for g in flat] == [0]
+
+
+def test_trim_groups_keeps_a_prefix_that_divides_evenly():
+    groups = [group(i, [0, 1, 0]) for i in range(3)]  # 9 samples
+    assert len(batching.trim_groups(groups, 2)) == 2  # 6 samples
+    assert len(batching.trim_groups(groups, 3)) == 3
+    assert batching.trim_groups(groups[:1], 2) == []
+
+
+def test_advantages_are_group_relative():
+    samples = batching.to_train_samples([group(0, [0.0, 1.0]), group(1, [2.0, 2.0])], "none")
+    assert [s.advantage for s in samples] == [-0.5, 0.5, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("mini_batches", [1, 2])
+def test_shards_are_the_same_global_updates_for_any_world_size(mini_batches):
+    groups = [group(i, [0.0, 1.0, 0.5, 0.25], length=i + 1) for i in range(4)]
+    samples = batching.to_train_samples(groups, "group")
+    common = dict(step=3, epochs=2, mini_batches=mini_batches, max_len=16, seed=0,
+                  data_position=8, version=3)
+    one = batching.make_shards(samples, world_size=1, **common)
+    two = batching.make_shards(samples, world_size=2, **common)
+    assert len(one[0].updates) == len(two[0].updates) == 2 * mini_batches
+    for u in range(2 * mini_batches):
+        whole = one[0].updates[u]
+        halves = [two[0].updates[u], two[1].updates[u]]
+        assert len(halves[0].samples) == len(halves[1].samples)
+        assert halves[0].samples + halves[1].samples == whole.samples
+        assert halves[0].norm == halves[1].norm == whole.norm
+        assert whole.norm.total_tokens == sum(len(s.response_ids) for s in whole.samples)
+        assert whole.norm.total_seqs == 16 // mini_batches
+    assert all(s.data_position == 8 and s.step == 3 for s in two)
+
+
+def test_shards_reject_a_batch_that_does_not_split():
+    samples = batching.to_train_samples([group(0, [0.0, 1.0, 1.0])], "none")
+    with pytest.raises(ValueError, match="learner.num_workers"):
+        batching.make_shards(samples, step=0, world_size=2, epochs=1, mini_batches=1,
+                             max_len=4, seed=0, data_position=0, version=0)
+
+
+def test_batch_metrics_report_staleness_and_accuracy():
+    m = batching.batch_metrics([group(0, [0.0, 1.0], version=2), group(1, [1.0, 1.0], 3)], 3)
+    assert m["async/staleness_max"] == 1.0
+    assert m["async/staleness_mean"] == 0.5
+    assert m["train/accuracy"] == 0.75
+    assert m["reward/mean"] == 0.75
+    assert torch.isclose(torch.tensor(m["reward/correctness"]), torch.tensor(0.75))

@@ -1,0 +1,74 @@
+import math
+
+import pytest
+import torch
+
+from rlrun import batching
+from rlrun.config import ModelConfig, load_config
+from rlrun.models import load_causal_lm, load_tokenizer, resolve_model_path
+from rlrun.policy_update import collate, response_logprobs, train_on_shard, warmup_schedule
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return resolve_model_path(ModelConfig(), str(tmp_path_factory.mktemp("models")))
+
+
+def shard(advantages: list[float], cfg) -> batching.Shard:
+    samples = [
+        batching.TrainSample([40 + i, 41, 42], [50 + i, 51, 52 + i][: 2 + i % 2], [0.0] * 3, a)
+        for i, a in enumerate(advantages)
+    ]
+    return batching.make_shards(
+        samples, step=0, world_size=1, epochs=cfg.algo.epochs, mini_batches=cfg.algo.mini_batches,
+        max_len=8, seed=0, data_position=0, version=0,
+    )[0]
+
+
+def setup(path: str, cfg):
+    model = load_causal_lm(path)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learner.lr)
+    return model, optimizer, warmup_schedule(optimizer, cfg.learner.warmup_steps)
+
+
+def test_logprobs_pick_the_response_tokens(tiny_path):
+    model = load_causal_lm(tiny_path)
+    sample = batching.TrainSample([40, 41, 42], [50, 51], [0.0, 0.0], 1.0)
+    batch = collate([sample], pad_id=0)
+    logp, _ = response_logprobs(model, batch, temperature=1.0)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[40, 41, 42, 50, 51]])).logits[0]
+    expected = torch.log_softmax(logits, -1)[[2, 3], [50, 51]]
+    torch.testing.assert_close(logp[0].detach(), expected)
+
+
+def test_a_step_changes_the_weights_and_reports_metrics(tiny_path):
+    cfg = load_config(None, ["learner.lr=1e-2", "algo.is_correction=none", "algo.mini_batches=2"])
+    model, opt, sched = setup(tiny_path, cfg)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    pad = load_tokenizer(tiny_path).pad_token_id
+    metrics = train_on_shard(model, opt, sched, shard([1.0, -1.0, 0.5, -0.5], cfg), cfg, pad)
+    assert metrics["train/bad_steps"] == 0
+    assert math.isfinite(metrics["optim/grad_norm"]) and metrics["optim/grad_norm"] > 0
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_non_finite_update_is_skipped_and_counted(tiny_path):
+    cfg = load_config(None, ["algo.is_correction=none"])
+    model, opt, sched = setup(tiny_path, cfg)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    pad = load_tokenizer(tiny_path).pad_token_id
+    metrics = train_on_shard(model, opt, sched, shard([math.nan, 1.0], cfg), cfg, pad)
+    assert metrics["train/bad_steps"] == 1
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_warmup_is_linear_then_flat():
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = warmup_schedule(opt, 4)
+    lrs = []
+    for _ in range(6):
+        lrs.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    assert lrs == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]

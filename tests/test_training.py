@@ -1,0 +1,189 @@
+"""End-to-end runs of `run_training` through the real actors, on a 2-CPU local Ray."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import ray
+import torch
+from transformers import AutoModelForCausalLM
+
+from rlrun.checkpoint import latest_checkpoint
+from rlrun.cluster import ClusterError
+from rlrun.config import ConfigError, load_config
+from rlrun.data import load_from_config
+from rlrun.data_order import DataOrder
+from rlrun.models import load_causal_lm
+from rlrun.training import run_training
+
+pytestmark = pytest.mark.slow
+
+DIGITS = os.path.join(os.path.dirname(__file__), "fixtures", "training", "rewards.py")
+REWARDS = f"reward.fns=[{{name: correctness}}, {{name: digits, fn: '{DIGITS}:digit_fraction'}}]"
+
+
+def small_overrides(out_dir, steps: int = 2) -> list[str]:
+    return [
+        f"run.output_dir={out_dir}", "run.num_cpus=2", "data.toy_size=64", "data.val_size=4",
+        "algo.group_size=4", "algo.prompts_per_step=2", "rollout.sampling.max_new_tokens=12",
+        "rollout.num_cpus=0.5", "learner.num_cpus=0.5", "learner.lr=1e-3",
+        f"trainer.steps={steps}", "trainer.eval_every=0", "trainer.eval_samples=2",
+        "metrics.tensorboard=false", "metrics.report=false", "metrics.sample_problems=0",
+        REWARDS,
+    ]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    os.environ["RLRUN_CACHE"] = str(tmp_path_factory.mktemp("models"))
+    ray.init(num_cpus=2, namespace="rlrun", include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def rows(run_dir, name="metrics.jsonl"):
+    with open(os.path.join(run_dir, name)) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_a_short_run_trains_syncs_and_checkpoints(ray_cluster, tmp_path, staleness):
+    cfg = load_config(None, small_overrides(tmp_path, steps=3) + [
+        f"algo.max_staleness={staleness}", "trainer.checkpoint_every=2",
+    ])
+    summary = run_training(cfg)
+
+    assert summary["steps"] == 3
+    # Every rollout actor ends on the last published version.
+    assert summary["rollout_versions"] == [3]
+    train_rows = [r for r in rows(tmp_path) if "reward/mean" in r]
+    assert [r["step"] for r in train_rows] == [0, 1, 2]
+    # Synchronous: trained on samples of the current version; k=1: one version behind after
+    # the first step, whose batch was generated before any overlap started.
+    assert [r["async/staleness_max"] for r in train_rows] == [0, staleness, staleness]
+    assert all(r["train/samples"] == 8 for r in train_rows)
+    assert "val/accuracy" in rows(tmp_path)[0] and "val/accuracy" in rows(tmp_path)[-1]
+    # Checkpoints at step 2 (periodic) and 3 (the end); the model loads with plain transformers
+    # and differs from the initial weights.
+    names = sorted(p.name for p in (tmp_path / "learner").glob("step_*"))
+    assert names == ["step_000002", "step_000003"]
+    final = latest_checkpoint(str(tmp_path))
+    assert final.name == "step_000003"
+    trained = AutoModelForCausalLM.from_pretrained(final / "model").state_dict()
+    initial = load_causal_lm(summary["model_path"]).state_dict()
+    assert any(not torch.equal(trained[k], initial[k]) for k in initial)
+    assert json.loads((final / "state.json").read_text())["data_position"] == 6
+
+
+def test_a_second_run_into_the_same_output_dir_must_say_resume(ray_cluster, tmp_path):
+    run_training(load_config(None, small_overrides(tmp_path, steps=1)))
+    with pytest.raises(ConfigError, match="run.resume=true"):
+        run_training(load_config(None, small_overrides(tmp_path, steps=1)))
+
+
+def test_more_cpus_than_the_cluster_has_fails_at_once(ray_cluster, tmp_path):
+    cfg = load_config(None, small_overrides(tmp_path) + ["rollout.num_actors=8"])
+    with pytest.raises(ClusterError, match=r"rollout.num_actors=8 .* cluster has 2"):
+        run_training(cfg)
+
+
+@pytest.mark.timeout(120)  # it must fail, not wait for a cluster that never answers
+def test_an_unreachable_ray_address_fails_with_the_config_key(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("run:\n  name: unreachable\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlrun", "train", str(recipe), *small_overrides(tmp_path / "out"),
+         f"run.ray_address=127.0.0.1:{port}"],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 2
+    assert "run.ray_address" in proc.stderr and "does not answer" in proc.stderr
+
+
+def test_a_rollout_actor_killed_during_training_is_replaced_and_nothing_is_lost(
+    ray_cluster, tmp_path
+):
+    from actors.coordinator import NAME
+
+    cfg = load_config(None, small_overrides(tmp_path, steps=4) + ["trainer.eval_every=0"])
+    killed = threading.Event()
+
+    def kill_after_first_step() -> None:
+        metrics = tmp_path / "metrics.jsonl"
+        while not (metrics.is_file() and '"reward/mean"' in metrics.read_text()):
+            time.sleep(0.2)
+        coordinator = ray.get_actor(NAME, namespace=cfg.run.namespace)
+        ray.get(coordinator.kill_rollout_actor.remote(0))
+        killed.set()
+
+    killer = threading.Thread(target=kill_after_first_step, daemon=True)
+    killer.start()
+    summary = run_training(cfg)
+    killer.join(timeout=5)
+
+    assert killed.is_set()
+    assert summary["rollout_restarts"] == 1
+    assert summary["rollout_versions"] == [4]  # the replacement caught up with the weights
+    train, _ = load_from_config(cfg)
+    order = DataOrder(len(train), cfg.run.seed)
+    per_step: dict[int, list[str]] = {}
+    for row in rows(tmp_path, "samples.jsonl"):
+        per_step.setdefault(row["step"], []).append(row["problem_id"])
+    for step in range(4):
+        expected = [train[i].id for i in order.draw(2)]
+        # Every prompt of the step, each with its full group: none lost, none twice.
+        assert per_step[step] == [pid for pid in expected for _ in range(4)]
+
+
+def _train_worker_pids() -> list[int]:
+    """Pids of this cluster's Ray Train worker processes (children of our raylet)."""
+    import psutil
+
+    raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
+    return [
+        p.pid for p in psutil.Process(raylet).children(recursive=True)
+        if p.cmdline() and p.cmdline()[0].startswith("ray::RayTrainWorker")
+    ]
+
+
+def test_a_learner_worker_killed_mid_run_restarts_from_the_checkpoint(ray_cluster, tmp_path):
+    cfg = load_config(None, small_overrides(tmp_path, steps=8) + [
+        "trainer.checkpoint_every=1", "learner.max_failures=1",
+    ])
+    killed = threading.Event()
+
+    snapshot = tmp_path / "learner" / "checkpoint_manager_snapshot.json"
+
+    def kill_after_second_checkpoint() -> None:
+        # Ray Train counts a checkpoint once its controller has recorded it in the snapshot.
+        while not (snapshot.is_file() and "step_000002" in snapshot.read_text()):
+            time.sleep(0.2)
+        for pid in _train_worker_pids():
+            os.kill(pid, 9)
+            killed.set()
+
+    killer = threading.Thread(target=kill_after_second_checkpoint, daemon=True)
+    killer.start()
+    summary = run_training(cfg)
+    killer.join(timeout=5)
+
+    assert killed.is_set()
+    assert summary["rollout_versions"] == [8]
+    final = latest_checkpoint(str(tmp_path))
+    state = json.loads((final / "state.json").read_text())
+    assert (state["step"], state["version"], state["data_position"]) == (8, 8, 16)
+    # The restarted learner resumed from a recorded checkpoint (step 2 or later), so the
+    # coordinator rewound at most to there, never to the start.
+    steps = [r["step"] for r in rows(tmp_path) if "reward/mean" in r]
+    rewind = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])
+    assert steps[:rewind] == list(range(rewind))
+    assert 2 <= steps[rewind] <= rewind
+    assert steps[rewind:] == list(range(steps[rewind], 8))
