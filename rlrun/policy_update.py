@@ -119,7 +119,10 @@ def train_on_shard(
     temperature = _temperature(cfg)
     model.train()
     # pi_old is the policy before this step's first update (every epoch uses it for the ratio).
-    old = _fixed_logprobs(model, shard, cfg, pad_id, device)
+    # With a single update it is the policy being differentiated, so the forward pass of the
+    # update itself provides it (detached) and the extra no-grad pass is skipped.
+    single = len(shard.updates) == 1
+    old = None if single else _fixed_logprobs(model, shard, cfg, pad_id, device)
     ref = None if ref_model is None else _fixed_logprobs(ref_model, shard, cfg, pad_id, device)
     params = [p for p in model.parameters() if p.requires_grad]
     per_update, grad_norms, bad = [], [], 0
@@ -131,8 +134,9 @@ def train_on_shard(
             logp, entropy = response_logprobs(
                 model, batch, temperature, with_entropy=algo.entropy_coef > 0
             )
+            old_logp = logp.detach() if old is None else old[u][m]
             loss, metrics = grpo_loss(
-                logp, old[u][m], batch.advantages, batch.mask, algo, update.norm,
+                logp, old_logp, batch.advantages, batch.mask, algo, update.norm,
                 behaviour_logprobs=batch.behaviour_logprobs,
                 ref_logprobs=ref[u][m] if ref is not None else None,
                 entropy=entropy,

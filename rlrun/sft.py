@@ -149,7 +149,8 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
                 flag = torch.tensor([1.0 if stop else 0.0])
                 torch.distributed.broadcast(flag, src=0)
                 stop = bool(flag.item())
-            control.should_training_stop = stop
+            # Never clear a stop the Trainer itself asked for (max_steps reached).
+            control.should_training_stop = control.should_training_stop or stop
             return control
 
     args = SFTConfig(

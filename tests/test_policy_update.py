@@ -72,3 +72,30 @@ def test_warmup_is_linear_then_flat():
         opt.step()
         sched.step()
     assert lrs == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+
+
+def test_single_update_takes_pi_old_from_its_own_forward_pass(tiny_path):
+    """One update per batch reuses its forward pass as pi_old; the step equals the textbook one
+    where pi_old comes from a separate no-grad pass."""
+    from rlrun.algo import grpo_loss
+
+    cfg = load_config(None, ["learner.lr=1e-2", "algo.is_correction=none"])
+    pad = load_tokenizer(tiny_path).pad_token_id
+    work = shard([1.0, -1.0, 0.5, -0.5], cfg)
+    assert len(work.updates) == 1
+    model, opt, sched = setup(tiny_path, cfg)
+    train_on_shard(model, opt, sched, work, cfg, pad)
+
+    ref, ref_opt, _ = setup(tiny_path, cfg)
+    update = work.updates[0]
+    batch = collate(update.samples, pad)
+    with torch.no_grad():
+        old, _ = response_logprobs(ref, batch, temperature=1.0)
+    ref.train()
+    logp, _ = response_logprobs(ref, batch, temperature=1.0)
+    loss, _ = grpo_loss(logp, old, batch.advantages, batch.mask, cfg.algo, update.norm)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(list(ref.parameters()), cfg.learner.grad_clip)
+    ref_opt.step()
+    for (name, a), b in zip(model.state_dict().items(), ref.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
