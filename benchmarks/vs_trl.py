@@ -1,0 +1,413 @@
+"""rlrun next to TRL's `GRPOTrainer`: same warm-started model, prompts, group size, sampling and
+number of optimizer steps, on this CPU, in one run.
+
+    python benchmarks/vs_trl.py [--config conf/demo.yaml] [--steps N] [--quick] [KEY=VALUE ...]
+
+1. build the tiny model of the config and warm-start it once with `rlrun.sft.run_sft` (until
+   held-out sampled accuracy reaches `sft.target_accuracy`); both trainers start from it;
+2. TRL: `GRPOTrainer` configured from the same config (`benchmarks/trl_grpo.py`), on the
+   prompts rlrun's coordinator draws, in the same order, rewarded by rlrun's own reward;
+3. rlrun: `rlrun.training.run_training` on local Ray, from the warm-started model; then once
+   more per `--rlrun-variant KEY=VALUE` (by default, a synchronous recipe is also run with
+   `algo.max_staleness=1`, generation overlapping training), each an extra row;
+4. both final models (Hugging Face format) are scored the same way: `trainer.eval_samples`
+   sampled completions per held-out problem with the training sampling settings and one seed,
+   by the HF engine and the rlrun reward (`rlrun.sft.held_out_accuracy`).
+
+Samples/s counts training completions over the RL phase only (TRL: `trainer.train()`; rlrun:
+from the start of step 0 to the end of the last step, so Ray start-up and rlrun's own
+validation before and after training are left out of it and counted in the wall time; the
+benchmark sets `trainer.eval_every=0` so rlrun does not validate between steps, as TRL does not).
+Completion lengths drift apart as the two policies train, so completion tokens/s is shown too.
+Prints the table and writes it into docs/benchmarks.md under its own heading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trl_grpo import run_trl
+
+from rlrun.config import Config, load_config
+from rlrun.records import Problem
+
+HEADING = "## Training: rlrun vs TRL `GRPOTrainer`"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+DEMO = Path(__file__).resolve().parent.parent / "conf" / "demo.yaml"
+# Math only: TRL gets rlrun's reward without a sandbox, and both score the same problems.
+FIXED = [
+    "data.train=toy:arithmetic", "data.val=null", "sft.enabled=true",
+    "metrics.tensorboard=false", "metrics.report=false",
+    "metrics.sample_problems=1", "trainer.eval_every=0",
+]
+QUICK = ["data.val_size=16", "trainer.eval_samples=2", "sft.max_steps=40", "sft.eval_every=20"]
+QUICK_STEPS = 3
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--config", default=str(DEMO) if DEMO.is_file() else None,
+        help="rlrun recipe both trainers follow (default: conf/demo.yaml)",
+    )
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps (trainer.steps)")
+    parser.add_argument(
+        "--quick", action="store_true",
+        help=f"smoke run: {QUICK_STEPS} steps, 16 held-out problems, short warm-start",
+    )
+    parser.add_argument("--out", default="runs/vs_trl", help="directory for models and logs")
+    parser.add_argument(
+        "--sft-model", default=None,
+        help="start from this warm-started model instead of running the SFT again",
+    )
+    parser.add_argument(
+        "--trl-threads", type=int, default=None,
+        help="torch threads of the TRL process (default: learner.num_cpus, what each rlrun "
+        "learner and rollout process gets from Ray)",
+    )
+    parser.add_argument(
+        "--rlrun-variant", action="append", default=[], metavar="KEY=VALUE",
+        help="also run rlrun with this one setting changed, as an extra row (repeatable; "
+        "default: algo.max_staleness=1 when the recipe is synchronous; none: no extra row)",
+    )
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
+    return parser.parse_args(argv)
+
+
+def bench_config(args: argparse.Namespace) -> Config:
+    overrides = list(FIXED) + (list(QUICK) if args.quick else [])
+    steps = args.steps if args.steps is not None else (QUICK_STEPS if args.quick else None)
+    if steps is not None:
+        overrides.append(f"trainer.steps={steps}")
+    return load_config(args.config, overrides + list(args.overrides))
+
+
+def with_overrides(cfg: Config, overrides: list[str]) -> Config:
+    """A validated copy of `cfg` with `key=value` overrides applied."""
+    from omegaconf import OmegaConf
+
+    from rlrun.config import from_dict, to_dict, validate
+
+    merged = OmegaConf.merge(to_dict(cfg), OmegaConf.from_dotlist(list(overrides)))
+    out = from_dict(OmegaConf.to_container(merged))
+    validate(out)
+    return out
+
+
+def evaluate(path: str, cfg: Config, val: list[Problem]) -> float:
+    """Held-out sampled accuracy of the model at `path` (same n, seed and settings for all)."""
+    from rlrun.engines.hf import HFEngine
+    from rlrun.rewards import build_reward
+    from rlrun.sft import held_out_accuracy
+
+    engine = HFEngine(path, cfg.rollout, cfg.model.dtype)
+    return held_out_accuracy(engine, build_reward(cfg, None), val, cfg, seed=cfg.run.seed)
+
+
+def rlrun_phase(run_dir: str) -> tuple[float, list[dict[str, float]]]:
+    """Seconds from the start of step 0 to the end of the last step, and the step rows."""
+    with open(Path(run_dir) / "metrics.jsonl") as f:
+        rows = [r for r in map(json.loads, f) if "reward/mean" in r]
+    first = rows[0]
+    step0 = first["perf/time_rollout"] + first["perf/time_train"] + first["perf/time_sync"]
+    return rows[-1]["time"] - first["time"] + step0, rows
+
+
+def run_rlrun(cfg: Config, model_path: str, run_out: Path) -> dict[str, Any]:
+    """`run_training` from the warm-started model (no second SFT), into `run_out`."""
+    from rlrun.checkpoint import latest_checkpoint
+    from rlrun.training import run_training
+
+    shutil.rmtree(run_out, ignore_errors=True)
+    rl_cfg = with_overrides(
+        cfg, [f"model.path={model_path}", f"run.output_dir={run_out}", "sft.enabled=false"]
+    )
+    started = time.perf_counter()
+    summary = run_training(rl_cfg)
+    wall = time.perf_counter() - started
+    phase, rows = rlrun_phase(summary["run_dir"])
+    final = latest_checkpoint(str(run_out))
+    if final is None:
+        raise RuntimeError(f"rlrun saved no checkpoint under {run_out}")
+    keys = ("perf/time_generate", "perf/time_reward", "perf/time_rollout", "perf/time_train",
+            "perf/time_sync")
+    return {
+        "model_path": str(final / "model"),
+        "steps": summary["steps"],
+        "samples": int(sum(r["train/samples"] for r in rows)),
+        "tokens": int(sum(r["train/samples"] * r["response/len_mean"] for r in rows)),
+        "wall_s": wall,
+        "train_s": phase,
+        "timings": {k.split("time_")[1]: sum(r[k] for r in rows) for k in keys},
+        "reward_curve": [r["reward/mean"] for r in rows],
+        "step_s": [r["perf/time_rollout"] + r["perf/time_train"] + r["perf/time_sync"]
+                   for r in rows],
+    }
+
+
+def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats: int = 3
+                    ) -> dict[str, float]:
+    """Seconds per step of rlrun's learner step run in this process, without Ray: one batch
+    of the first step's shape (sampled from `model_path`), median of `repeats`.
+
+    `old_logprobs` is the no-grad pass that fixes pi_old before the update; `step` is the whole
+    `train_on_shard` (that pass, forward/backward of every micro-batch, optimizer step).
+    """
+    import torch
+
+    from rlrun.batching import TrainSample, make_shards
+    from rlrun.data.prompts import render_prompt
+    from rlrun.engines import SamplingParams
+    from rlrun.engines.hf import HFEngine
+    from rlrun.policy_update import collate, response_logprobs, train_on_shard, warmup_schedule
+
+    algo = cfg.algo
+    engine = HFEngine(model_path, cfg.rollout, cfg.model.dtype)
+    prompts = [render_prompt(p, cfg.data, engine.tokenizer, chat=cfg.model.chat_template)
+               for p in train[: algo.prompts_per_step]]
+    sampling = SamplingParams.from_config(cfg.rollout.sampling, n=algo.group_size,
+                                          seed=cfg.run.seed)
+    gen = torch.Generator().manual_seed(cfg.run.seed)
+    samples = [
+        TrainSample(c.prompt_ids, c.token_ids, c.logprobs, float(torch.randn(1, generator=gen)))
+        for group in engine.generate(prompts, sampling) for c in group
+    ]
+    shard = make_shards(
+        samples, step=0, world_size=1, epochs=algo.epochs, mini_batches=algo.mini_batches,
+        max_len=cfg.rollout.sampling.max_new_tokens, seed=cfg.run.seed, data_position=0,
+        version=0,
+    )[0]
+    model = engine.model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learner.lr,
+                                  weight_decay=cfg.learner.weight_decay)
+    scheduler = warmup_schedule(optimizer, cfg.learner.warmup_steps)
+    pad, micro = engine.tokenizer.pad_token_id, cfg.learner.micro_batch_size
+    temperature = cfg.rollout.sampling.temperature or 1.0
+    old, step = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        with torch.no_grad():
+            for update in shard.updates:
+                for i in range(0, len(update.samples), micro):
+                    batch = collate(update.samples[i : i + micro], pad)
+                    response_logprobs(model, batch, temperature)
+        old.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        train_on_shard(model, optimizer, scheduler, shard, cfg, pad)
+        step.append(time.perf_counter() - t)
+    return {"old_logprobs": statistics.median(old), "step": statistics.median(step)}
+
+
+def machine() -> str:
+    import ray
+    import torch
+    import transformers
+    import trl
+
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (
+        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, trl {trl.__version__}, ray {ray.__version__}"
+    )
+
+
+def settings(cfg: Config) -> str:
+    a, s, learner = cfg.algo, cfg.rollout.sampling, cfg.learner
+    return (
+        f"data {cfg.data.train} (math only, so TRL can take rlrun's reward without a sandbox), "
+        f"{cfg.trainer.steps} optimizer steps x {a.prompts_per_step} prompts x {a.group_size} "
+        f"completions, {s.max_new_tokens} new tokens, temperature {s.temperature:g}, top_p "
+        f"{s.top_p:g}, top_k {s.top_k}, loss_agg {a.loss_agg}, scale_rewards {a.scale_rewards}, "
+        f"clip {a.clip_low:g}/{a.clip_high:g}, beta {a.kl_coef:g}, lr {learner.lr:g}, micro-batch "
+        f"{learner.micro_batch_size}, rlrun max_staleness {a.max_staleness}, "
+        f"{cfg.rollout.num_actors} rollout actor(s), {learner.num_workers} learner rank(s)"
+    )
+
+
+def tables(cfg: Config, before: float, trl: Any, trl_after: float, runs: list[dict[str, Any]],
+           compute: dict[str, float]) -> tuple[str, str]:
+    """The results table and the per-step breakdown; `runs` are the rlrun runs, each with its
+    `label` and held-out accuracy `after`."""
+    updates = cfg.algo.mini_batches * cfg.algo.epochs
+    step_samples = cfg.algo.prompts_per_step * cfg.algo.group_size
+    trl_rate, trl_tok = trl.samples / trl.train_s, trl.tokens / trl.train_s
+    # Per step, so a burst of load from other users of the machine weighs less.
+    trl_med = step_samples / (statistics.median(trl.step_s) * updates)
+    main = [
+        "| trainer | optimizer steps | samples | samples/s (RL phase) | samples/s (median step) "
+        "| completion tokens/s | mean completion tokens | RL phase s | wall s | "
+        "held-out accuracy before | after |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| TRL `GRPOTrainer` | {trl.optimizer_steps} | {trl.samples} | {trl_rate:.1f} | "
+        f"{trl_med:.1f} | {trl_tok:,.0f} | {trl.tokens / trl.samples:.1f} | {trl.train_s:.1f} | "
+        f"{trl.wall_s:.1f} | {before:.3f} | {trl_after:.3f} |",
+    ]
+    t = trl.timings
+    n = trl.optimizer_steps // updates
+    trl_gen, trl_rew = t.get("generate", 0.0), t.get("reward", 0.0)
+    breakdown = [
+        "| seconds per step (RL phase) | generate | reward | train | weight sync | other | total |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| TRL `GRPOTrainer` | {trl_gen / n:.3f} | {trl_rew / n:.3f} | "
+        f"{(trl.train_s - trl_gen - trl_rew) / n:.3f} | - | - | {trl.train_s / n:.3f} |",
+    ]
+    for rl in runs:
+        rate, tok = rl["samples"] / rl["train_s"], rl["tokens"] / rl["train_s"]
+        med = step_samples / statistics.median(rl["step_s"])
+        main += [
+            f"| {rl['label']} | {rl['steps'] * updates} | {rl['samples']} | {rate:.1f} | "
+            f"{med:.1f} | {tok:,.0f} | {rl['tokens'] / rl['samples']:.1f} | "
+            f"{rl['train_s']:.1f} | {rl['wall_s']:.1f} | {before:.3f} | {rl['after']:.3f} |",
+            f"| {rl['label']} / TRL | | | {rate / trl_rate:.2f}x | {med / trl_med:.2f}x | "
+            f"{tok / trl_tok:.2f}x | | | | | |",
+        ]
+        r, m = rl["timings"], rl["steps"]
+        # Rollout time is what the step waited for generation and reward: with max_staleness > 0
+        # they run during the previous step's training, so the step waits for less than they take.
+        other = rl["train_s"] - r["rollout"] - r["train"] - r["sync"]
+        mark = " (overlapped)" if rl["overlapped"] else ""
+        breakdown.append(
+            f"| {rl['label']} | {r['generate'] / m:.3f}{mark} | {r['reward'] / m:.3f}{mark} | "
+            f"{r['train'] / m:.3f} | {r['sync'] / m:.3f} | {other / m:.3f} | "
+            f"{rl['train_s'] / m:.3f} |"
+        )
+    breakdown.append(
+        "| rlrun learner step in one process, no Ray (same batch shape) | | | "
+        f"{compute['step']:.3f} (pi_old pass {compute['old_logprobs']:.3f}) | | | |"
+    )
+    return "\n".join(main), "\n".join(breakdown)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import ray
+    import torch
+
+    from rlrun.data import load_from_config
+    from rlrun.models import resolve_model_path
+    from rlrun.sft import run_sft
+    from rlrun.training import init_ray, model_cache_dir
+
+    args = parse_args(argv)
+    cfg = bench_config(args)
+    # Ray starts each rlrun actor with OMP_NUM_THREADS = its num_cpus; TRL runs in this process,
+    # so it gets the same thread count (on a busy machine, extra threads mostly wait on each
+    # other). Evaluation runs here too, with the same setting for every model.
+    threads = args.trl_threads or max(1, int(cfg.learner.num_cpus))
+    torch.set_num_threads(threads)
+    load_start = os.getloadavg()
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    train, val = load_from_config(cfg)
+    extra = args.rlrun_variant or (["algo.max_staleness=1"] if cfg.algo.max_staleness == 0
+                                   else [])
+    variants = [("rlrun", [])] + [(f"rlrun, {v}", [v]) for v in extra if v != "none"]
+    init_ray(cfg)
+    try:
+        if args.sft_model:
+            start = args.sft_model
+        else:
+            base = resolve_model_path(cfg.model, model_cache_dir(), seed=cfg.run.seed)
+            sft = run_sft(with_overrides(cfg, [f"run.output_dir={out}"]), base, train, val)
+            start = sft.model_path
+            print(f"vs_trl: warm-start: {sft.steps} SFT steps, val/accuracy {sft.accuracy:.3f}")
+        before = evaluate(start, cfg, val)
+        print(f"vs_trl: held-out accuracy of the warm-started model: {before:.3f}", flush=True)
+
+        trl = run_trl(cfg, start, train, str(out / "trl"))
+        print(f"vs_trl: TRL {trl.samples / trl.train_s:.1f} samples/s over {trl.train_s:.1f}s",
+              flush=True)
+        runs = []
+        for i, (label, changed) in enumerate(variants):
+            rl = run_rlrun(with_overrides(cfg, changed), start, out / f"rlrun-{i}")
+            print(f"vs_trl: {label} {rl['samples'] / rl['train_s']:.1f} samples/s over "
+                  f"{rl['train_s']:.1f}s", flush=True)
+            overlapped = with_overrides(cfg, changed).algo.max_staleness > 0
+            runs.append(rl | {"label": label, "overlapped": overlapped})
+    finally:
+        ray.shutdown()
+    compute = learner_compute(cfg, start, train)
+    trl_after = evaluate(trl.model_path, cfg, val)
+    for rl in runs:
+        rl["after"] = evaluate(rl["model_path"], cfg, val)
+    load = f"{load_start[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+
+    main_table, breakdown = tables(cfg, before, trl, trl_after, runs, compute)
+    print(main_table + "\n\n" + breakdown)
+    print(f"vs_trl: total {time.perf_counter() - started:.0f}s")
+    command = "python benchmarks/vs_trl.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
+    variant_note = (
+        " Rows named `rlrun, KEY=VALUE` are rlrun with that one setting changed "
+        "(`--rlrun-variant`); TRL has no counterpart for them."
+        if len(runs) > 1 else ""
+    ) + (
+        " \"(overlapped)\": generation and reward of the next batch ran during training, so "
+        "the step waited for less than their time."
+        if any(rl["overlapped"] for rl in runs) else ""
+    )
+    section = (
+        f"{HEADING}\n\n`{command.strip()}` on {machine()} (1-minute load average {load}; "
+        f"the machine is shared). TRL runs with {threads} torch thread(s), as each rlrun actor "
+        f"does. Recipe: {_shown(args.config) if args.config else 'the schema defaults'}; "
+        f"{settings(cfg)}. Both start from the same "
+        f"warm-started model (rlrun SFT); TRL trains on the prompts rlrun draws, in the same "
+        f"order, with rlrun's reward. Held-out accuracy: {len(val)} problems x "
+        f"{cfg.trainer.eval_samples} sampled completions, seed {cfg.run.seed}, same engine "
+        "and reward for every model. Samples/s counts training completions over the RL phase "
+        "only (the median-step column divides one step's samples by the median step time, "
+        "which weighs bursts of load from other users of the machine less); wall time also "
+        "counts model loading, Ray actors starting and, for rlrun, its "
+        "own validation before and after training. Per step, rlrun's train time is from the "
+        "coordinator handing out the shards to the learner reporting back with new weights "
+        "published; TRL's is everything in `trainer.train()` but generation and reward; the "
+        "last row times rlrun's `train_on_shard` alone, so train minus that row is what the "
+        "Ray learner adds (shard transfer, weight publishing, calls to the coordinator). "
+        "rlrun always runs a no-grad pi_old pass before the update; TRL skips it when each "
+        "generation batch gets exactly one update (as here) and uses the detached log-probs of "
+        f"the update itself.{variant_note}\n\n"
+        f"{main_table}\n\n{breakdown}\n"
+    )
+    _write_section(section)
+    return 0
+
+
+def _shown(path: str) -> str:
+    """`path` relative to the repository when it lies inside it."""
+    resolved = Path(path).resolve()
+    root = DOCS.parent.parent
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else path
+
+
+def _write_section(section: str) -> None:
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    if HEADING in text:
+        before, _, rest = text.partition(HEADING)
+        nxt = rest.find("\n## ")
+        text = before + section + (rest[nxt:] if nxt >= 0 else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    DOCS.parent.mkdir(parents=True, exist_ok=True)
+    DOCS.write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
