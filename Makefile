@@ -19,7 +19,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Each demo run starts afresh in runs/demo (a finished run there would otherwise ask for resume).
 demo: $(STAMP)
+	rm -rf runs/demo
 	$(BIN)/rlrun train conf/demo.yaml
 
 test: $(STAMP)

@@ -17,6 +17,7 @@ It runs, in order:
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -61,7 +62,9 @@ def init_ray(cfg: Config) -> None:
                 f"RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) with its token ({err.message})"
             ) from None
     else:
-        ray.init(num_cpus=cfg.run.num_cpus, namespace=cfg.run.namespace, include_dashboard=False)
+        # The dashboard serves the State API that Ray Train's placement-group cleaner polls;
+        # without it the log fills with "Failed to query Ray Train Controller actor state".
+        ray.init(num_cpus=cfg.run.num_cpus, namespace=cfg.run.namespace)
 
 
 def _place_rollouts(cfg: Config, needs_sandbox: bool) -> Any:
@@ -127,6 +130,21 @@ def warm_start(cfg: Config, model_path: str, train: list, val: list) -> str:
     return result.model_path
 
 
+def _track_best(stopping: Any, version: int, val: dict[str, float], run_dir: str) -> bool:
+    """Feed one validation to early stopping; mark the best weight version in best.json.
+
+    Returns whether patience is used up.
+    """
+    decision = stopping.update(version, val)
+    if decision.message:
+        print(f"rlrun train: early stopping: {decision.message}", flush=True)
+    if decision.improved:
+        best = {"weight_version": version, "metric": stopping.cfg.metric,
+                "value": decision.best_value}
+        Path(run_dir, "best.json").write_text(json.dumps(best) + "\n")
+    return decision.stop
+
+
 def run_training(cfg: Config) -> dict[str, Any]:
     """Train as `cfg` says; returns the run summary (also printed)."""
     import ray
@@ -136,6 +154,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
     from actors.learner import make_trainer
     from rlrun.data import load_from_config
     from rlrun.metrics import MetricsLogger
+    from rlrun.metrics.early_stopping import EarlyStopping
     from rlrun.metrics.health import HealthMonitor
     from rlrun.models import resolve_model_path
 
@@ -167,6 +186,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
     run_dir = run_dir_for(cfg)
     logger = MetricsLogger(cfg.metrics, run_dir, to_dict(cfg), total_steps=cfg.trainer.steps)
     health = HealthMonitor.from_config(cfg)
+    stopping = EarlyStopping(cfg.trainer.early_stopping)
     stop = threading.Event()
 
     def on_sigterm(signum: int, frame: Any) -> None:
@@ -186,6 +206,8 @@ def run_training(cfg: Config) -> dict[str, Any]:
     step, trained, loop_s = -1, 0.0, 0.0
     try:
         pending = _wait(coordinator.validate.remote(val), fit) if val else {}
+        if pending:
+            _track_best(stopping, 0, pending, run_dir)
         val_first = val_last = pending
         loop_start = time.perf_counter()
         while (result := _wait(coordinator.step.remote(), fit)) is not None:
@@ -200,10 +222,13 @@ def run_training(cfg: Config) -> dict[str, Any]:
             last, pending, version = metrics, {}, step + 1
             if val and every > 0 and version % every == 0 and version < cfg.trainer.steps:
                 pending = val_last = _wait(coordinator.validate.remote(val), fit)
+                if _track_best(stopping, version, val_last, run_dir):
+                    coordinator.request_stop.remote()
         loop_s = time.perf_counter() - loop_start
         if val and step >= 0 and not stop.is_set():
             val_last = _wait(coordinator.validate.remote(val), fit)
             logger.log(step + 1, val_last)
+            _track_best(stopping, step + 1, val_last, run_dir)
         versions = ray.get(coordinator.rollout_versions.remote())
         restarts = ray.get(coordinator.rollout_restarts.remote())
         fit.join()

@@ -187,3 +187,16 @@ def test_a_learner_worker_killed_mid_run_restarts_from_the_checkpoint(ray_cluste
     assert steps[:rewind] == list(range(rewind))
     assert 2 <= steps[rewind] <= rewind
     assert steps[rewind:] == list(range(steps[rewind], 8))
+
+
+def test_early_stopping_stops_after_patience_and_marks_the_best(ray_cluster, tmp_path):
+    """Untrained, the tiny model scores 0 on toy arithmetic at every validation: the first
+    evaluation stays the best, and with patience 1 the run stops after the next one."""
+    cfg = load_config(None, small_overrides(tmp_path, steps=8) + [
+        "reward.fns=[{name: correctness}]", "learner.lr=1e-7", "trainer.eval_every=2",
+        "trainer.early_stopping.metric=val/accuracy", "trainer.early_stopping.patience=1",
+    ])
+    summary = run_training(cfg)
+    assert summary["steps"] < 8
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best == {"weight_version": 0, "metric": "val/accuracy", "value": 0.0}
