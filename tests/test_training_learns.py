@@ -1,4 +1,5 @@
-"""The pipeline learns, not just runs: a short GRPO run through the real actors raises reward.
+"""The pipeline learns, not just runs: a short GRPO run through the real actors raises reward,
+on the training batches and on held-out prompts.
 
 The task is one a tiny untrained model can make progress on within a minute: the plug-in
 reward pays the fraction of digits in the response (tests/fixtures/training/rewards.py).
@@ -41,9 +42,12 @@ def ray_cluster(tmp_path_factory):
 ])
 def test_reward_rises(ray_cluster, tmp_path, overrides):
     cfg = load_config(None, small_overrides(tmp_path) + LEARNING + overrides)
-    run_training(cfg)
+    summary = run_training(cfg)
     with open(tmp_path / "metrics.jsonl") as f:
         rewards = [r["reward/mean"] for r in map(json.loads, f) if "reward/mean" in r]
     assert len(rewards) == 12
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert last > first + 0.25, rewards
+    # Held-out prompts, validated before the first and after the last update.
+    before, after = summary["val_initial"], summary["val_final"]
+    assert after["val/reward_mean"] > before["val/reward_mean"] + 0.25, (before, after)
