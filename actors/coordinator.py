@@ -264,7 +264,8 @@ class Coordinator:
             return dict(self.results)
 
     def validate(self, problems: list[Problem]) -> dict[str, float]:
-        """val/* metrics of the current rollout weights on `problems`."""
+        """val/* metrics of the current rollout weights on `problems`: greedy pass@1 and
+        sampled accuracy / pass@k."""
         from rlrun.engines import SamplingParams
         from rlrun.evaluation import evaluate, reward_scorer
 
@@ -278,7 +279,7 @@ class Coordinator:
 
         result = evaluate(
             problems, generate, reward_scorer(self.reward), k_list=cfg.trainer.eval_k,
-            samples=cfg.trainer.eval_samples, seed=cfg.run.seed, render=self.render,
+            samples=cfg.trainer.eval_samples, greedy=True, seed=cfg.run.seed, render=self.render,
             batch_size=max(1, cfg.rollout.batch_size // cfg.trainer.eval_samples),
         )
         return result.metrics("val")
