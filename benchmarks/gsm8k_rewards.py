@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
+
+from docs_section import write_section
 
 from rlrun.config import load_config
 from rlrun.data import load_problems
@@ -22,7 +23,6 @@ from rlrun.rewards import build_reward
 from rlrun.rewards.audit import math_wrong
 
 HEADING = "## Rewards: GSM8K answer extraction"
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 
 
 def _sample(problem: Problem, text: str) -> Sample:
@@ -78,20 +78,8 @@ def main() -> int:
         "to n+1, scored by the rlrun reward (one process, answers/s over both passes).\n\n"
         f"{table}\n"
     )
-    _write_section(section)
+    write_section(HEADING, section)
     return 0
-
-
-def _write_section(section: str) -> None:
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    if HEADING in text:
-        before, _, rest = text.partition(HEADING)
-        nxt = rest.find("\n## ")
-        text = before + section + (rest[nxt:] if nxt >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOCS.parent.mkdir(parents=True, exist_ok=True)
-    DOCS.write_text(text)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,14 @@ import sys
 import time
 from pathlib import Path
 
+from docs_section import write_section
+
 from rlrun.config import SandboxConfig
 from rlrun.records import Problem
 from rlrun.records import Tests as Cases
 from rlrun.sandbox import Judge, make_submission
 
 HEADING = "## Sandbox: HumanEval canonical solutions, mutants and hacks"
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 DEFAULT = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "humaneval" \
     / "HumanEval.jsonl.gz"
 
@@ -161,22 +162,9 @@ def main() -> int:
     if no_mutant:
         print("problems without an applicable mutant:", ", ".join(no_mutant))
     if not args.no_write:
-        _write_section(section)
+        write_section(HEADING, section)
     ok = len(canon_ok) == n and len(mutant_caught) == n and len(hacks_caught) == n
     return 0 if ok and sandbox_errors == 0 else 1
-
-
-def _write_section(section: str) -> None:
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    if HEADING in text:
-        before, _, rest = text.partition(HEADING)
-        # The section ends where the next one (or another script's marker) begins.
-        ends = [i for i in (rest.find("\n## "), rest.find("\n<!--")) if i >= 0]
-        text = before + section + (rest[min(ends):] if ends else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOCS.parent.mkdir(parents=True, exist_ok=True)
-    DOCS.write_text(text)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ import statistics
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
+from docs_section import write_section
 
 from rlrun.config import ModelConfig, RolloutConfig, TinyModelConfig
 from rlrun.engines import SamplingParams, make_engine
@@ -26,7 +26,6 @@ from rlrun.engines.base import encode_prompts
 from rlrun.models import load_causal_lm, load_tokenizer, resolve_model_path
 
 HEADING = "## Rollout: HF engine vs `model.generate`"
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 MODELS = {
     "tiny (default: 64 wide, 2 layers, 0.15M params)": TinyModelConfig(),
     "small (256 wide, 4 layers, 4.3M params)": TinyModelConfig(
@@ -112,7 +111,7 @@ def main() -> int:
         f"{args.threads} torch thread(s), median of {args.repeats} runs (transformers "
         f"{_transformers_version()}, torch {torch.__version__}).\n\n{table}\n"
     )
-    _write_section(section)
+    write_section(HEADING, section)
     return 0
 
 
@@ -120,18 +119,6 @@ def _transformers_version() -> str:
     import transformers
 
     return transformers.__version__
-
-
-def _write_section(section: str) -> None:
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    if HEADING in text:
-        before, _, rest = text.partition(HEADING)
-        nxt = rest.find("\n## ")
-        text = before + section + (rest[nxt:] if nxt >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOCS.parent.mkdir(parents=True, exist_ok=True)
-    DOCS.write_text(text)
 
 
 if __name__ == "__main__":

@@ -36,13 +36,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from docs_section import DOCS, write_section
 from trl_grpo import run_trl
 
 from rlrun.config import Config, load_config
 from rlrun.records import Problem
 
 HEADING = "## Training: rlrun vs TRL `GRPOTrainer`"
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 DEMO = Path(__file__).resolve().parent.parent / "conf" / "demo.yaml"
 # Math only: TRL gets rlrun's reward without a sandbox, and both score the same problems.
 FIXED = [
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         f"the update itself.{variant_note}\n\n"
         f"{main_table}\n\n{breakdown}\n"
     )
-    _write_section(section)
+    write_section(HEADING, section)
     return 0
 
 
@@ -395,18 +395,6 @@ def _shown(path: str) -> str:
     resolved = Path(path).resolve()
     root = DOCS.parent.parent
     return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else path
-
-
-def _write_section(section: str) -> None:
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    if HEADING in text:
-        before, _, rest = text.partition(HEADING)
-        nxt = rest.find("\n## ")
-        text = before + section + (rest[nxt:] if nxt >= 0 else "")
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    DOCS.parent.mkdir(parents=True, exist_ok=True)
-    DOCS.write_text(text)
 
 
 if __name__ == "__main__":
