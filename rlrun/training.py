@@ -113,6 +113,22 @@ def _wait(ref: Any, fit: _Fit) -> Any:
             raise RuntimeError(f"the learner (Ray Train) stopped: {fit.error!r}") from fit.error
 
 
+def audit_rewards(cfg: Config, train: list, needs_sandbox: bool) -> None:
+    """`reward.audit_before_training`: the reward must pass the data's own references."""
+    from rlrun.rewards.audit import audit_before_training
+    from rlrun.sandbox import Judge
+
+    judge = Judge(cfg.sandbox.backend, cfg.sandbox.workers_per_actor, cfg.sandbox) if (
+        needs_sandbox
+    ) else None
+    try:
+        report = audit_before_training(cfg, train, judge.judge if judge else None)
+    finally:
+        if judge is not None:
+            judge.close()
+    print(f"rlrun train: reward audit: {report.summary()}", flush=True)
+
+
 def warm_start(cfg: Config, model_path: str, train: list, val: list) -> str:
     """The SFT model this run starts RL from; trained once, reused on resume."""
     from rlrun.sft import run_sft
@@ -168,6 +184,8 @@ def run_training(cfg: Config) -> dict[str, Any]:
     train, val = load_from_config(cfg)
     model_path = resolve_model_path(cfg.model, model_cache_dir(), cfg.run.seed)
     needs_sandbox = any(p.kind == "code" for p in train + val)
+    if cfg.reward.audit_before_training and not cfg.run.resume:
+        audit_rewards(cfg, train, needs_sandbox)
 
     # 2. Ray, then the optional supervised warm-start: RL starts from its result.
     init_ray(cfg)

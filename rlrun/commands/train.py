@@ -33,6 +33,7 @@ def main(args: argparse.Namespace) -> int:
     from rlrun.cluster import ClusterError
     from rlrun.data import DataError
     from rlrun.models import ModelLoadError
+    from rlrun.rewards import RewardError
     from rlrun.training import run_training
 
     config, overrides = args.config, list(args.overrides)
@@ -41,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     cfg = load_config(config or _demo_path(), overrides)
     try:
         run_training(cfg)
-    except (ClusterError, DataError, ModelLoadError) as err:
+    except (ClusterError, DataError, ModelLoadError, RewardError) as err:
         print(f"rlrun train: {err}", file=sys.stderr)
         return 2
     return 0
