@@ -73,6 +73,7 @@ class Coordinator:
         from rlrun.rewards import build_reward
 
         self.cfg = cfg = from_dict(config)
+        self.model_path = model_path
         self.problems = problems
         tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
         self.render = lambda p: render_prompt(p, cfg.data, tokenizer, chat=cfg.model.chat_template)
@@ -283,6 +284,28 @@ class Coordinator:
             batch_size=max(1, cfg.rollout.batch_size // cfg.trainer.eval_samples),
         )
         return result.metrics("val")
+
+    def save_model(self, path: str) -> int:
+        """Write the weights the rollout actors now use as a Hugging Face model at `path`
+        (replacing what is there); returns their version."""
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from rlrun.models import load_causal_lm, load_tokenizer
+        from rlrun.weights import make_receiver
+
+        model = load_causal_lm(self.model_path, self.cfg.model.dtype)
+        if self.update is not None:
+            model.load_state_dict(make_receiver(self.update.backend).receive(self.update))
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        model.save_pretrained(scratch)
+        load_tokenizer(self.model_path).save_pretrained(scratch)
+        shutil.rmtree(target, ignore_errors=True)
+        scratch.rename(target)
+        return self.update.version if self.update is not None else 0
 
     def request_stop(self) -> None:
         """Finish the step in flight, checkpoint it, then stop (SIGTERM, spot interruption)."""

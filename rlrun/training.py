@@ -146,17 +146,20 @@ def warm_start(cfg: Config, model_path: str, train: list, val: list) -> str:
     return result.model_path
 
 
-def _track_best(stopping: Any, version: int, val: dict[str, float], run_dir: str) -> bool:
-    """Feed one validation to early stopping; mark the best weight version in best.json.
+def _track_best(
+    stopping: Any, version: int, val: dict[str, float], run_dir: str, coordinator: Any
+) -> bool:
+    """Feed one validation to early stopping; keep the best model in run_dir/best/model and
+    mark it in run_dir/best.json. Returns whether patience is used up."""
+    import ray
 
-    Returns whether patience is used up.
-    """
     decision = stopping.update(version, val)
     if decision.message:
         print(f"rlrun train: early stopping: {decision.message}", flush=True)
     if decision.improved:
-        best = {"weight_version": version, "metric": stopping.cfg.metric,
-                "value": decision.best_value}
+        saved = ray.get(coordinator.save_model.remote(os.path.join(run_dir, "best", "model")))
+        best = {"weight_version": saved, "metric": stopping.cfg.metric,
+                "value": decision.best_value, "model": os.path.join("best", "model")}
         Path(run_dir, "best.json").write_text(json.dumps(best) + "\n")
     return decision.stop
 
@@ -225,7 +228,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
     try:
         pending = _wait(coordinator.validate.remote(val), fit) if val else {}
         if pending:
-            _track_best(stopping, 0, pending, run_dir)
+            _track_best(stopping, 0, pending, run_dir, coordinator)
         val_first = val_last = pending
         loop_start = time.perf_counter()
         while (result := _wait(coordinator.step.remote(), fit)) is not None:
@@ -240,13 +243,13 @@ def run_training(cfg: Config) -> dict[str, Any]:
             last, pending, version = metrics, {}, step + 1
             if val and every > 0 and version % every == 0 and version < cfg.trainer.steps:
                 pending = val_last = _wait(coordinator.validate.remote(val), fit)
-                if _track_best(stopping, version, val_last, run_dir):
+                if _track_best(stopping, version, val_last, run_dir, coordinator):
                     coordinator.request_stop.remote()
         loop_s = time.perf_counter() - loop_start
         if val and step >= 0 and not stop.is_set():
             val_last = _wait(coordinator.validate.remote(val), fit)
             logger.log(step + 1, val_last)
-            _track_best(stopping, step + 1, val_last, run_dir)
+            _track_best(stopping, step + 1, val_last, run_dir, coordinator)
         versions = ray.get(coordinator.rollout_versions.remote())
         restarts = ray.get(coordinator.rollout_restarts.remote())
         fit.join()

@@ -199,4 +199,10 @@ def test_early_stopping_stops_after_patience_and_marks_the_best(ray_cluster, tmp
     summary = run_training(cfg)
     assert summary["steps"] < 8
     best = json.loads((tmp_path / "best.json").read_text())
-    assert best == {"weight_version": 0, "metric": "val/accuracy", "value": 0.0}
+    assert best == {
+        "weight_version": 0, "metric": "val/accuracy", "value": 0.0, "model": "best/model",
+    }
+    kept = load_causal_lm(str(tmp_path / "best" / "model"))
+    initial = load_causal_lm(summary["model_path"])
+    for (name, a), b in zip(kept.state_dict().items(), initial.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
