@@ -38,12 +38,7 @@ def small_overrides(out_dir, steps: int = 2) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    os.environ["RLRUN_CACHE"] = str(tmp_path_factory.mktemp("models"))
-    ray.init(num_cpus=2, namespace="rlrun", include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+RAY_NAMESPACE = "rlrun"
 
 
 def rows(run_dir, name="metrics.jsonl"):

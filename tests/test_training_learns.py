@@ -10,7 +10,6 @@ import json
 import os
 
 import pytest
-import ray
 
 from rlrun.config import load_config
 from rlrun.training import run_training
@@ -27,12 +26,7 @@ LEARNING = [
 ]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
-    os.environ["RLRUN_CACHE"] = str(tmp_path_factory.mktemp("models"))
-    ray.init(num_cpus=2, namespace="rlrun", include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+RAY_NAMESPACE = "rlrun"
 
 
 @pytest.mark.parametrize("overrides", [

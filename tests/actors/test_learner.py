@@ -19,12 +19,7 @@ pytestmark = pytest.mark.slow
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=2, namespace="rlrun-test-learner", include_dashboard=False,
-             log_to_driver=False)
-    yield
-    ray.shutdown()
+RAY_NAMESPACE = "rlrun-test-learner"
 
 
 def samples() -> list[batching.TrainSample]:

@@ -13,12 +13,7 @@ pytestmark = pytest.mark.slow
 PROMPTS = [f"{a}+{b}=" for a in range(4) for b in range(2)]
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=2, namespace="rlrun-test-rollout", include_dashboard=False,
-             log_to_driver=False)
-    yield
-    ray.shutdown()
+RAY_NAMESPACE = "rlrun-test-rollout"
 
 
 @pytest.fixture(scope="module")

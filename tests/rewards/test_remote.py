@@ -3,7 +3,6 @@
 import functools
 
 import pytest
-import ray
 
 from rlrun import records
 from rlrun.rewards import RewardError
@@ -11,14 +10,10 @@ from rlrun.rewards.remote import RewardWorkers, local_judge
 
 from .helpers import config, math_problem, plugin, sample
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+RAY_NAMESPACE = "rlrun-test-rewards"
 
 
 def _batch(n):

@@ -13,14 +13,10 @@ from rlrun.records import Tests as Cases
 ECHO = "print(int(input()) * 2)\n"
 SLOW_ECHO = "import time\ntime.sleep(0.4)\nprint(int(input()) * 2)\n"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    ray.init(num_cpus=2, namespace=NAMESPACE, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+RAY_NAMESPACE = NAMESPACE
 
 
 def _cfg(actors: int = 2, workers: int = 1) -> SandboxConfig:

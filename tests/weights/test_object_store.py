@@ -8,12 +8,7 @@ from rlrun.weights.object_store import hold_weights
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(num_cpus=2, namespace="rlrun-test-weights", include_dashboard=False,
-             log_to_driver=False)
-    yield
-    ray.shutdown()
+RAY_NAMESPACE = "rlrun-test-weights"
 
 
 @ray.remote(num_cpus=0)
