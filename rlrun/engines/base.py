@@ -31,6 +31,7 @@ class SamplingParams:
     top_k: int = 0  # most likely tokens kept (0: off)
     max_new_tokens: int = 64
     stop: list[str] = field(default_factory=list)  # completion ends at the first of these
+    include_stop_str: bool = False  # keep the stop string that ended a completion in its text
     n: int = 1  # completions per prompt
     seed: int | None = None  # same seed, same prompts, same weights -> same completions
 
@@ -58,6 +59,7 @@ class SamplingParams:
             top_k=cfg.top_k,
             max_new_tokens=cfg.max_new_tokens,
             stop=list(cfg.stop),
+            include_stop_str=cfg.include_stop_str,
             n=n,
             seed=seed,
         )

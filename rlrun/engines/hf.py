@@ -145,7 +145,7 @@ class HFEngine:
         tokens_out: list[list[int]] = [[] for _ in prompts]
         logprobs_out: list[list[float]] = [[] for _ in prompts]
         reasons = ["length"] * batch
-        stop_at: list[int | None] = [None] * batch  # char offset of the stop string in the text
+        stop_at: list[int | None] = [None] * batch  # char offset at which the text is cut
         in_cache = list(range(batch))  # rows in the cache, in cache order
         finished = [False] * batch
         for step in range(sampling.max_new_tokens):
@@ -158,7 +158,9 @@ class HFEngine:
                 if tok in self.eos_ids:
                     reasons[b], finished[b] = "stop", True
                 elif sampling.stop:
-                    at = first_stop(self._decode(tokens_out[b]), sampling.stop)
+                    at = first_stop(
+                        self._decode(tokens_out[b]), sampling.stop, sampling.include_stop_str
+                    )
                     if at is not None:
                         reasons[b], stop_at[b], finished[b] = "stop", at, True
             keep = [k for k, b in enumerate(in_cache) if not finished[b]]
@@ -252,15 +254,18 @@ def preallocated_cache(config: Any, capacity: int) -> Any:
     return cache
 
 
-def first_stop(text: str, stops: list[str]) -> int | None:
+def first_stop(text: str, stops: list[str], include: bool = False) -> int | None:
     """Offset at which to cut `text`: the stop string that ends first wins, ties go to the
-    earlier one in `stops` (vLLM's rule), or None when no stop string occurs."""
+    earlier one in `stops` (vLLM's rule), or None when no stop string occurs. The cut is before
+    the stop string, or after it when `include`."""
     best: tuple[int, int] | None = None  # (end, start)
     for stop in stops:
         at = text.find(stop)
         if at >= 0 and (best is None or at + len(stop) < best[0]):
             best = (at + len(stop), at)
-    return None if best is None else best[1]
+    if best is None:
+        return None
+    return best[0] if include else best[1]
 
 
 def sample_tokens(

@@ -131,6 +131,7 @@ class VLLMEngine:
             top_k=sampling.top_k,
             max_tokens=sampling.max_new_tokens,
             stop=list(sampling.stop) or None,
+            include_stop_str_in_output=sampling.include_stop_str,
             seed=seed,
             logprobs=0,
             skip_special_tokens=True,

@@ -14,9 +14,12 @@ from rlrun.models import load_tokenizer
 
 
 def test_from_config_copies_the_knobs() -> None:
-    cfg = SamplingConfig(temperature=0.5, top_p=0.8, top_k=7, max_new_tokens=9, stop=["\n\n"])
+    cfg = SamplingConfig(
+        temperature=0.5, top_p=0.8, top_k=7, max_new_tokens=9, stop=["\n\n"],
+        include_stop_str=True,
+    )
     params = SamplingParams.from_config(cfg, n=4, seed=11)
-    assert params == SamplingParams(0.5, 0.8, 7, 9, ["\n\n"], n=4, seed=11)
+    assert params == SamplingParams(0.5, 0.8, 7, 9, ["\n\n"], True, n=4, seed=11)
     assert params.stop is not cfg.stop
 
 

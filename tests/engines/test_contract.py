@@ -156,7 +156,8 @@ def test_max_new_tokens_ends_with_length(engine, tokenizer) -> None:
             assert c.finish_reason == "stop" and c.token_ids[-1] == tokenizer.eos_token_id
 
 
-def test_stop_string_cuts_text_and_tokens(engine, tokenizer) -> None:
+@pytest.mark.parametrize("include", [False, True], ids=["cut-before", "kept"])
+def test_stop_string_cuts_text_and_tokens(engine, tokenizer, include: bool) -> None:
     # The first seed whose sample is long enough to take a stop string from its middle.
     for seed in range(20):
         full = engine.generate([PROMPTS[0]], SamplingParams(max_new_tokens=32, seed=seed))[0][0]
@@ -166,10 +167,13 @@ def test_stop_string_cuts_text_and_tokens(engine, tokenizer) -> None:
     cut = full.text.find(stop)
 
     stopped = engine.generate(
-        [PROMPTS[0]], SamplingParams(max_new_tokens=32, seed=seed, stop=["\x00never", stop])
+        [PROMPTS[0]],
+        SamplingParams(
+            max_new_tokens=32, seed=seed, stop=["\x00never", stop], include_stop_str=include
+        ),
     )[0][0]
     assert stopped.finish_reason == "stop"
-    assert stopped.text == full.text[:cut]
+    assert stopped.text == full.text[: cut + len(stop) if include else cut]
     n = len(stopped.token_ids)
     assert stopped.token_ids == full.token_ids[:n]
     assert stopped.logprobs == pytest.approx(full.logprobs[:n], abs=TOLERANCE[engine.name])

@@ -66,6 +66,18 @@ def test_first_stop(text: str, stops: list[str], cut: int | None) -> None:
     assert first_stop(text, stops) == cut
 
 
+@pytest.mark.parametrize(
+    ("text", "stops", "cut"),
+    [
+        ("hello world", ["o w"], 7),
+        ("abcxyz", ["yz", "xyz"], 6),
+        ("abc", ["d"], None),
+    ],
+)
+def test_first_stop_keeping_the_stop_string(text: str, stops: list[str], cut: int | None) -> None:
+    assert first_stop(text, stops, include=True) == cut
+
+
 def test_results_do_not_depend_on_how_rows_are_batched(tiny_path: str) -> None:
     prompts = ["a", "a much longer prompt than the others\n", "mid length", "```py\n"]
     greedy = SamplingParams(temperature=0.0, max_new_tokens=8, n=2)
