@@ -128,7 +128,9 @@ class Coordinator:
         # 4. advantages over the groups recent enough, cut into one shard per learner rank.
         groups, dropped = batching.drop_stale(rollout.groups, version, algo.max_staleness)
         groups = batching.trim_groups(groups, algo.mini_batches * world)
-        samples = batching.to_train_samples(groups, algo.scale_rewards)
+        samples = batching.to_train_samples(
+            groups, algo.scale_rewards, algo.negative_advantage_scale
+        )
         shards = self._shards(samples, step, rollout.data_position)
 
         # 5. learn: the ranks pull their shards and train; rank 0 publishes the new weights.

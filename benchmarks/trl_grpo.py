@@ -63,6 +63,11 @@ def grpo_args(cfg: Config, output_dir: str) -> Any:
             "algo.filter_equal_groups=true draws extra prompts TRL has no equivalent for; set it "
             "to false for this benchmark"
         )
+    if algo.negative_advantage_scale != 1.0:
+        raise ValueError(
+            "algo.negative_advantage_scale is not 1: TRL has no equivalent, so set it to 1 for "
+            "this benchmark"
+        )
     per_update = algo.prompts_per_step * algo.group_size // algo.mini_batches
     micro = min(learner.micro_batch_size, per_update)
     if per_update % micro:

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from rlrun.algo import LossNorm, filter_equal_groups, group_advantages, plan_minibatches
+from rlrun.algo import (
+    LossNorm,
+    filter_equal_groups,
+    group_advantages,
+    plan_minibatches,
+    scale_negative,
+)
 from rlrun.records import ScoredSample
 
 
@@ -94,11 +100,15 @@ def trim_groups(groups: list[Group], parts: int) -> list[Group]:
     return groups[:n]
 
 
-def to_train_samples(groups: list[Group], scale_rewards: str) -> list[TrainSample]:
-    """Flatten groups into samples carrying their group-relative advantage."""
+def to_train_samples(
+    groups: list[Group], scale_rewards: str, negative_scale: float = 1.0
+) -> list[TrainSample]:
+    """Flatten groups into samples carrying their group-relative advantage, negative
+    advantages multiplied by `negative_scale`."""
     if not groups:
         return []
     adv = group_advantages(rewards_tensor(groups), scale_rewards)  # [B, G]
+    adv = scale_negative(adv, negative_scale)
     out = []
     for g, row in zip(groups, adv.tolist(), strict=True):
         for s, a in zip(g.scored, row, strict=True):

@@ -73,6 +73,7 @@ class AlgoConfig:
     group_size: int = 8  # completions per prompt (G)
     prompts_per_step: int = 16  # prompts drawn per step (B); the rollout batch is B*G samples
     scale_rewards: str = "group"  # group (divide by group std, GRPO) | batch | none (Dr.GRPO)
+    negative_advantage_scale: float = 1.0  # multiplies advantages below 0 (1: GRPO; 0: positive samples only)
     loss_agg: str = "token_mean"  # token_mean (DAPO/bnpo) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm (Dr.GRPO)
     clip_low: float = 0.2  # epsilon: ratio lower bound 1 - clip_low
     clip_high: float = 0.2  # epsilon_high: ratio upper bound 1 + clip_high (DAPO clip-higher: 0.28)
@@ -99,6 +100,7 @@ class SamplingConfig:
     top_k: int = 0  # top-k (0: off)
     max_new_tokens: int = 64  # response length limit in tokens
     stop: list[str] = field(default_factory=list)  # stop strings
+    include_stop_str: bool = False  # keep the matched stop string in the response (vLLM include_stop_str_in_output)
 
 
 @dataclass
@@ -323,6 +325,11 @@ def validate(cfg: Config | DictConfig) -> None:
     top_p = cfg.rollout.sampling.top_p
     if not 0 < top_p <= 1:
         _fail("rollout.sampling.top_p", top_p, "must be in (0, 1]")
+    if not 0 <= algo.negative_advantage_scale <= 1:
+        _fail(
+            "algo.negative_advantage_scale", algo.negative_advantage_scale,
+            "must be in [0, 1] (1: GRPO; 0: reinforce only better-than-group samples)",
+        )
     if algo.group_size == 1 and algo.scale_rewards == "group":
         _fail(
             "algo.group_size", 1,

@@ -43,6 +43,11 @@ def test_advantages_are_group_relative():
     assert [s.advantage for s in samples] == [-0.5, 0.5, 0.0, 0.0]
 
 
+def test_negative_advantages_are_damped_after_the_group_baseline():
+    samples = batching.to_train_samples([group(0, [0.0, 1.0, 1.0, 0.0])], "none", 0.5)
+    assert [s.advantage for s in samples] == [-0.25, 0.5, 0.5, -0.25]
+
+
 @pytest.mark.parametrize("mini_batches", [1, 2])
 def test_shards_are_the_same_global_updates_for_any_world_size(mini_batches):
     groups = [group(i, [0.0, 1.0, 0.5, 0.25], length=i + 1) for i in range(4)]

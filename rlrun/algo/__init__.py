@@ -4,7 +4,7 @@ No Ray and no model code here: the learner computes log-probs and calls these fu
 docs/algorithms.md for the mapping of every option to TRL's GRPOConfig and veRL.
 """
 
-from rlrun.algo.advantages import filter_equal_groups, group_advantages
+from rlrun.algo.advantages import filter_equal_groups, group_advantages, scale_negative
 from rlrun.algo.grpo import (
     LOSS_AGGREGATIONS,
     LossNorm,
@@ -35,6 +35,7 @@ __all__ = [
     "kl_k3",
     "merge_metrics",
     "plan_minibatches",
+    "scale_negative",
     "seq_mean_token_mean",
     "seq_mean_token_sum_norm",
     "sequence_is_weights",

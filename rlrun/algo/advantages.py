@@ -11,11 +11,19 @@ which up-weights prompts that are nearly always solved or nearly always failed; 
 The three are `scale_rewards` = "group" | "none" | "batch", with TRL's `GRPOConfig.scale_rewards`
 semantics: unbiased (Bessel-corrected) std and `A = (r - mean) / (std + 1e-4)`.
 
-Notation used for tensor shapes: B prompts in the batch, G completions per prompt.
+`scale_negative` multiplies the advantages below zero by a factor in [0, 1]. The policy gradient
+splits into reinforcing better-than-group samples and pushing down worse ones (positive and
+negative sample reinforcement, Zhu et al. 2025, https://arxiv.org/abs/2506.01347). Pushing a
+sampled token down hands its probability to the other tokens in proportion to the model's prior.
+A large model's prior puts that mass somewhere sensible; a small or barely trained model's prior
+spreads it over junk, and the run collapses. A factor below 1 keeps the gradient's sign pattern
+and damps only the push down. 1 is GRPO; 0 keeps only the better-than-group samples, as
+RAFT-style rejection sampling does.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 STD_EPS = 1e-4  # TRL's constant; veRL uses 1e-6
@@ -40,6 +48,15 @@ def group_advantages(rewards: Tensor, scale: str) -> Tensor:
     else:
         std = rewards.std().expand_as(rewards)  # [B, G], one std over the batch
     return centred / (std + STD_EPS)  # [B, G]
+
+
+def scale_negative(advantages: Tensor, factor: float) -> Tensor:
+    """`advantages` with every negative entry multiplied by `factor` (any shape)."""
+    if not 0.0 <= factor <= 1.0:
+        raise ValueError(f"algo.negative_advantage_scale={factor} must be in [0, 1]")
+    if factor == 1.0:
+        return advantages
+    return torch.where(advantages < 0, advantages * factor, advantages)
 
 
 def filter_equal_groups(rewards: Tensor) -> Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlrun.algo import filter_equal_groups, group_advantages
+from rlrun.algo import filter_equal_groups, group_advantages, scale_negative
 
 
 def test_group_scale_hand_values() -> None:
@@ -56,6 +56,17 @@ def test_rejects_wrong_shape_and_scale() -> None:
         group_advantages(torch.zeros(8), "group")
     with pytest.raises(ValueError, match="algo.scale_rewards"):
         group_advantages(torch.zeros(2, 2), "std")
+
+
+def test_scale_negative_damps_only_the_negative_advantages() -> None:
+    adv = torch.tensor([[-1.0, 0.0, 2.0], [0.5, -0.25, -4.0]])
+    torch.testing.assert_close(
+        scale_negative(adv, 0.25), torch.tensor([[-0.25, 0.0, 2.0], [0.5, -0.0625, -1.0]])
+    )
+    assert scale_negative(adv, 1.0) is adv  # GRPO unchanged
+    assert (scale_negative(adv, 0.0) >= 0).all()  # only better-than-group samples remain
+    with pytest.raises(ValueError, match="negative_advantage_scale"):
+        scale_negative(adv, 1.5)
 
 
 def test_filter_equal_groups() -> None:
