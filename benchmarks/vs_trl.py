@@ -49,6 +49,10 @@ FIXED = [
     "data.train=toy:arithmetic", "data.val=null", "sft.enabled=true",
     "metrics.tensorboard=false", "metrics.report=false",
     "metrics.sample_problems=1", "trainer.eval_every=0",
+    # Like for like: TRL takes no stop strings, tops up no filtered groups and has no damping of
+    # negative advantages (a variant row can still turn that on for rlrun).
+    "rollout.sampling.stop=[]", "algo.filter_equal_groups=false",
+    "algo.negative_advantage_scale=1.0",
 ]
 QUICK = ["data.val_size=16", "trainer.eval_samples=2", "sft.max_steps=40", "sft.eval_every=20"]
 QUICK_STEPS = 3
@@ -77,7 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--rlrun-variant", action="append", default=[], metavar="KEY=VALUE",
-        help="also run rlrun with this one setting changed, as an extra row (repeatable; "
+        help="also run rlrun with these settings changed (space-separated), as an extra row "
+        "(repeatable; "
         "default: algo.max_staleness=1 when the recipe is synchronous; none: no extra row)",
     )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
@@ -318,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     train, val = load_from_config(cfg)
     extra = args.rlrun_variant or (["algo.max_staleness=1"] if cfg.algo.max_staleness == 0
                                    else [])
-    variants = [("rlrun", [])] + [(f"rlrun, {v}", [v]) for v in extra if v != "none"]
+    variants = [("rlrun", [])] + [(f"rlrun, {v}", v.split()) for v in extra if v != "none"]
     init_ray(cfg)
     try:
         if args.sft_model:
@@ -356,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
     variant_note = (
-        " Rows named `rlrun, KEY=VALUE` are rlrun with that one setting changed "
+        " Rows named `rlrun, KEY=VALUE ...` are rlrun with those settings changed "
         "(`--rlrun-variant`); TRL has no counterpart for them."
         if len(runs) > 1 else ""
     ) + (

@@ -26,21 +26,23 @@ _ITEMS = (
     "rocks", "shells", "socks", "stamps", "toys", "balls",
 )
 # Word problems: the numbers sit in changing sentences, so a held-out problem is a new wording of
-# arithmetic the model can still do, not a fact it could only have memorised.
+# arithmetic the model can still do, not a fact it could only have memorised. The words between
+# and after the numbers are fixed within a template (names have three letters), so a 2-layer
+# model can learn where to read the operands, within the demo's few hundred warm-start steps.
 _ADD = (
-    "{name} has {a} {items} and gets {b} more. How many {items} does {name} have now?",
-    "There are {a} {items} in a box and {name} puts in {b} more. How many {items} are in the box?",
+    "{name} has some {items}: {a} in a bag and {b} in a box. How many are there in all?",
+    "{name} collects {items}. First {a}, then {b} more. How many does {name} have now?",
     "What is {a} + {b}?",
 )
 _SUB = (
-    "{name} has {a} {items} and gives away {b}. How many {items} does {name} have left?",
-    "There are {a} {items} on a table and {name} takes {b}. How many {items} are on the table?",
+    "{name} has some {items}: {a} of them, and gives away {b}. How many are left?",
+    "{name} counts {items}. There were {a}, and {b} got lost. How many remain?",
     "What is {a} - {b}?",
 )
 
 
 def arithmetic_problems(n: int, seed: int, max_operand: int = 9) -> list[Problem]:
-    """`n` word problems like "Ann has 3 apples and gets 4 more. ..." (answer "7", reference
+    """`n` word problems like "Ann collects hats. First 3, then 4 more. ..." (answer "7", reference
     "3 + 4 = 7\n#### 7").
 
     Subtractions never go below zero, so every answer is a plain non-negative integer.
