@@ -268,9 +268,11 @@ def test_HandlesTimeout(judge) -> None:
     assert res.status == "time_limit", res
 
 
+@pytest.mark.timeout(120)
 def test_SleepsPastWallClock(judge) -> None:
-    (res,) = judge.judge([stdio_sub("import time\ntime.sleep(30)", [("", "")], time_limit_s=0.5)])
-    assert res.status == "time_limit" and res.tests[0].time_s < 5, res
+    # A judge that only limited CPU time would wait out the hour and the test would time out.
+    (res,) = judge.judge([stdio_sub("import time\ntime.sleep(3600)", [("", "")], time_limit_s=0.5)])
+    assert res.status == "time_limit", res
 
 
 def test_InfiniteOutput(judge) -> None:
