@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import ray
@@ -103,28 +105,37 @@ def test_an_unreachable_ray_address_fails_with_the_config_key(tmp_path):
     assert "run.ray_address" in proc.stderr and "does not answer" in proc.stderr
 
 
+def train_and_kill(cfg, watched: Path, marker: str, kill: Callable[[], None]) -> dict:
+    """Run training while a thread calls `kill` once `watched` contains `marker`; the summary."""
+    killed = threading.Event()
+
+    def kill_when_marked() -> None:
+        while not (watched.is_file() and marker in watched.read_text()):
+            time.sleep(0.2)
+        kill()
+        killed.set()
+
+    killer = threading.Thread(target=kill_when_marked, daemon=True)
+    killer.start()
+    summary = run_training(cfg)
+    killer.join(timeout=5)
+    assert killed.is_set()
+    return summary
+
+
 def test_a_rollout_actor_killed_during_training_is_replaced_and_nothing_is_lost(
     ray_cluster, tmp_path
 ):
     from actors.coordinator import NAME
 
     cfg = load_config(None, small_overrides(tmp_path, steps=4) + ["trainer.eval_every=0"])
-    killed = threading.Event()
 
-    def kill_after_first_step() -> None:
-        metrics = tmp_path / "metrics.jsonl"
-        while not (metrics.is_file() and '"reward/mean"' in metrics.read_text()):
-            time.sleep(0.2)
+    def kill_rollout_actor() -> None:
         coordinator = ray.get_actor(NAME, namespace=cfg.run.namespace)
         ray.get(coordinator.kill_rollout_actor.remote(0))
-        killed.set()
 
-    killer = threading.Thread(target=kill_after_first_step, daemon=True)
-    killer.start()
-    summary = run_training(cfg)
-    killer.join(timeout=5)
-
-    assert killed.is_set()
+    # After the first step is logged.
+    summary = train_and_kill(cfg, tmp_path / "metrics.jsonl", '"reward/mean"', kill_rollout_actor)
     assert summary["rollout_restarts"] == 1
     assert summary["rollout_versions"] == [4]  # the replacement caught up with the weights
     train, _ = load_from_config(cfg)
@@ -153,24 +164,17 @@ def test_a_learner_worker_killed_mid_run_restarts_from_the_checkpoint(ray_cluste
     cfg = load_config(None, small_overrides(tmp_path, steps=8) + [
         "trainer.checkpoint_every=1", "learner.max_failures=1",
     ])
-    killed = threading.Event()
 
-    snapshot = tmp_path / "learner" / "checkpoint_manager_snapshot.json"
-
-    def kill_after_second_checkpoint() -> None:
-        # Ray Train counts a checkpoint once its controller has recorded it in the snapshot.
-        while not (snapshot.is_file() and "step_000002" in snapshot.read_text()):
-            time.sleep(0.2)
-        for pid in _train_worker_pids():
+    def kill_train_workers() -> None:
+        pids = _train_worker_pids()
+        assert pids, "no Ray Train worker to kill"
+        for pid in pids:
             os.kill(pid, 9)
-            killed.set()
 
-    killer = threading.Thread(target=kill_after_second_checkpoint, daemon=True)
-    killer.start()
-    summary = run_training(cfg)
-    killer.join(timeout=5)
-
-    assert killed.is_set()
+    # Ray Train counts a checkpoint once its controller has recorded it in the snapshot: kill
+    # the workers after the second one.
+    snapshot = tmp_path / "learner" / "checkpoint_manager_snapshot.json"
+    summary = train_and_kill(cfg, snapshot, "step_000002", kill_train_workers)
     assert summary["rollout_versions"] == [8]
     final = latest_checkpoint(str(tmp_path))
     state = json.loads((final / "state.json").read_text())
