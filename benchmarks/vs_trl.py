@@ -174,7 +174,13 @@ def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats:
     from rlrun.data.prompts import render_prompt
     from rlrun.engines import SamplingParams
     from rlrun.engines.hf import HFEngine
-    from rlrun.policy_update import collate, response_logprobs, train_on_shard, warmup_schedule
+    from rlrun.policy_update import (
+        collate,
+        response_logprobs,
+        shares_prompts,
+        train_on_shard,
+        warmup_schedule,
+    )
 
     algo = cfg.algo
     engine = HFEngine(model_path, cfg.rollout, cfg.model.dtype)
@@ -198,13 +204,14 @@ def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats:
     scheduler = warmup_schedule(optimizer, cfg.learner.warmup_steps)
     pad, micro = engine.tokenizer.pad_token_id, cfg.learner.micro_batch_size
     temperature = cfg.rollout.sampling.temperature or 1.0
+    share = shares_prompts(model, cfg)
     old, step = [], []
     for _ in range(repeats):
         t = time.perf_counter()
         with torch.no_grad():
             for update in shard.updates:
                 for i in range(0, len(update.samples), micro):
-                    batch = collate(update.samples[i : i + micro], pad)
+                    batch = collate(update.samples[i : i + micro], pad, share_prompts=share)
                     response_logprobs(model, batch, temperature)
         old.append(time.perf_counter() - t)
         t = time.perf_counter()

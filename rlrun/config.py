@@ -126,6 +126,7 @@ class LearnerConfig:
     warmup_steps: int = 0  # linear learning-rate warm-up
     grad_clip: float = 1.0  # max global grad norm (0: off)
     micro_batch_size: int = 16  # sequences per forward/backward (gradient accumulation below it)
+    shared_prompt_forward: bool = True  # one row per prompt and its completions, not per completion
     max_failures: int = 1  # Ray Train FailureConfig: restarts of the learner group
 
 

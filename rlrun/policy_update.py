@@ -12,6 +12,7 @@ V vocabulary.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -24,49 +25,141 @@ from rlrun.config import Config
 
 @dataclass
 class TensorBatch:
-    input_ids: Tensor  # [N, T], prompt then response, right-padded
-    attention_mask: Tensor  # [N, T]
-    response_index: Tensor  # [N, L], position in input_ids[:, 1:] predicting response token j
+    """Model inputs for a micro-batch, and where each sample's response sits in them.
+
+    Plain: one row per sample, right-padded. Shared-prompt: one row per distinct prompt holding
+    the prompt once and then each of its responses, with a block attention mask (every response
+    sees the prompt and itself, never another response) and positions restarting after the
+    prompt, so each response gets the same logits as in a row of its own.
+    """
+
+    input_ids: Tensor  # [R, T] model rows
+    attention_mask: Tensor  # [R, T] (plain) or additive [R, 1, T, T] (shared-prompt)
+    position_ids: Tensor | None  # [R, T] (shared-prompt; plain rows count from 0)
+    rows: Tensor  # [N], the row holding sample i
+    response_index: Tensor  # [N, L], position in its row whose logits predict response token j
+    targets: Tensor  # [N, L], response token ids
     mask: Tensor  # [N, L], 1 on real response tokens
     behaviour_logprobs: Tensor  # [N, L]
     advantages: Tensor  # [N]
 
 
 def collate(
-    samples: list[TrainSample], pad_id: int, device: str | torch.device = "cpu"
+    samples: list[TrainSample],
+    pad_id: int,
+    device: str | torch.device = "cpu",
+    share_prompts: bool = False,
+    dtype: torch.dtype = torch.float32,
 ) -> TensorBatch:
+    """Pad `samples` into model rows; `share_prompts` packs responses to one prompt into a row.
+
+    `dtype` is the model's (the additive attention mask must match it).
+    """
     n = len(samples)
-    seq_len = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
     resp_len = max(max(len(s.response_ids) for s in samples), 1)
-    input_ids = torch.full((n, seq_len), pad_id, dtype=torch.long)  # [N, T]
-    attention = torch.zeros((n, seq_len), dtype=torch.long)  # [N, T]
     index = torch.zeros((n, resp_len), dtype=torch.long)  # [N, L]
+    targets = torch.full((n, resp_len), pad_id, dtype=torch.long)  # [N, L]
     mask = torch.zeros((n, resp_len))  # [N, L]
     behaviour = torch.zeros((n, resp_len))  # [N, L]
+    for i, s in enumerate(samples):
+        r = len(s.response_ids)
+        targets[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
+        mask[i, :r] = 1.0
+        behaviour[i, :r] = torch.tensor(s.behaviour_logprobs[:r])
+    if share_prompts:
+        input_ids, attention, positions, rows = _shared_prompt_rows(samples, pad_id, index, dtype)
+    else:
+        input_ids, attention, rows = _plain_rows(samples, pad_id, index)
+        positions = None
+    advantages = torch.tensor([s.advantage for s in samples])  # [N]
+    return TensorBatch(
+        input_ids.to(device),
+        attention.to(device),
+        None if positions is None else positions.to(device),
+        *(t.to(device) for t in (rows, index, targets, mask, behaviour, advantages)),
+    )
+
+
+def _plain_rows(
+    samples: list[TrainSample], pad_id: int, index: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    seq_len = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    input_ids = torch.full((len(samples), seq_len), pad_id, dtype=torch.long)  # [N, T]
+    attention = torch.zeros((len(samples), seq_len), dtype=torch.long)  # [N, T]
     for i, s in enumerate(samples):
         p, r = len(s.prompt_ids), len(s.response_ids)
         input_ids[i, : p + r] = torch.tensor(s.prompt_ids + s.response_ids)
         attention[i, : p + r] = 1
         # Logits at position t predict token t+1: response token j sits at p+j, predicted at p+j-1.
         index[i, :r] = torch.arange(p - 1, p - 1 + r)
-        mask[i, :r] = 1.0
-        behaviour[i, :r] = torch.tensor(s.behaviour_logprobs[:r])
-    advantages = torch.tensor([s.advantage for s in samples])  # [N]
-    tensors = (input_ids, attention, index, mask, behaviour, advantages)
-    return TensorBatch(*(t.to(device) for t in tensors))
+    return input_ids, attention, torch.arange(len(samples))
+
+
+def _shared_prompt_rows(
+    samples: list[TrainSample], pad_id: int, index: Tensor, dtype: torch.dtype
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    # A row is capped at twice the longest plain sequence, so the dense [T, T] mask stays within
+    # a small factor of the plain batch's attention however many responses a prompt has.
+    cap = 2 * max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    by_prompt: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(samples):
+        by_prompt.setdefault(tuple(s.prompt_ids), []).append(i)
+    layout: list[tuple[tuple[int, ...], list[int]]] = []
+    for prompt, members in by_prompt.items():
+        row: list[int] = []
+        length = len(prompt)
+        for i in members:
+            r = len(samples[i].response_ids)
+            if row and length + r > cap:
+                layout.append((prompt, row))
+                row, length = [], len(prompt)
+            row.append(i)
+            length += r
+        layout.append((prompt, row))
+    seq_len = max(len(p) + sum(len(samples[i].response_ids) for i in m) for p, m in layout)
+    input_ids = torch.full((len(layout), seq_len), pad_id, dtype=torch.long)  # [R, T]
+    positions = torch.zeros((len(layout), seq_len), dtype=torch.long)  # [R, T]
+    # Padding positions attend to themselves only, so no softmax row is empty.
+    allowed = torch.eye(seq_len, dtype=torch.bool).repeat(len(layout), 1, 1)  # [R, T, T]
+    rows = torch.zeros(len(samples), dtype=torch.long)  # [N]
+    for k, (prompt, members) in enumerate(layout):
+        p = len(prompt)
+        input_ids[k, :p] = torch.tensor(prompt)
+        positions[k, :p] = torch.arange(p)
+        allowed[k, :p, :p] = torch.ones(p, p, dtype=torch.bool).tril()
+        start = p
+        for i in members:
+            response = samples[i].response_ids
+            r = len(response)
+            rows[i] = k
+            if not r:
+                continue
+            end = start + r
+            input_ids[k, start:end] = torch.tensor(response)
+            positions[k, start:end] = torch.arange(p, p + r)
+            allowed[k, start:end, :p] = True
+            allowed[k, start:end, start:end] = torch.ones(r, r, dtype=torch.bool).tril()
+            # Token 0 is predicted by the prompt's last position, token j by response token j-1.
+            index[i, 0] = p - 1
+            index[i, 1:r] = torch.arange(start, end - 1)
+            start = end
+    blocked = torch.finfo(dtype).min
+    attention = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, blocked)
+    return input_ids, attention.unsqueeze(1), positions, rows
 
 
 def response_logprobs(
     model: torch.nn.Module, batch: TensorBatch, temperature: float, with_entropy: bool = False
 ) -> tuple[Tensor, Tensor | None]:
     """Log-prob of each response token, [N, L], and optionally the per-token entropy, [N, L]."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    logits = logits[:, :-1].float() / temperature  # [N, T-1, V]
-    index = batch.response_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])  # [N, L, V]
-    picked = torch.gather(logits, 1, index)  # [N, L, V]
-    logp_all = torch.log_softmax(picked, dim=-1)  # [N, L, V]
-    targets = torch.gather(batch.input_ids[:, 1:], 1, batch.response_index)  # [N, L]
-    logp = torch.gather(logp_all, 2, targets.unsqueeze(-1)).squeeze(-1)  # [N, L]
+    logits = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+    ).logits  # [R, T, V]
+    picked = logits[batch.rows.unsqueeze(-1), batch.response_index].float()  # [N, L, V]
+    logp_all = torch.log_softmax(picked / temperature, dim=-1)  # [N, L, V]
+    logp = torch.gather(logp_all, 2, batch.targets.unsqueeze(-1)).squeeze(-1)  # [N, L]
     entropy = None
     if with_entropy:
         entropy = -(logp_all.exp() * logp_all).sum(-1)  # [N, L]
@@ -83,15 +176,43 @@ def _temperature(cfg: Config) -> float:
     return t if t > 0 else 1.0
 
 
+# Attention kernels that take an arbitrary additive [R, 1, T, T] mask.
+_BLOCK_MASK_ATTENTION = ("sdpa", "eager")
+
+
+def shares_prompts(model: torch.nn.Module, cfg: Config) -> bool:
+    """Whether micro-batches for `model` go in shared-prompt rows (see `TensorBatch`)."""
+    if not cfg.learner.shared_prompt_forward:
+        return False
+    config = getattr(getattr(model, "module", model), "config", None)
+    kernel = getattr(config, "_attn_implementation", None)
+    if kernel in _BLOCK_MASK_ATTENTION:
+        return True
+    warnings.warn(
+        f"learner.shared_prompt_forward needs sdpa or eager attention, and the policy uses "
+        f"{kernel!r}: training on one row per sample instead (set "
+        "learner.shared_prompt_forward=false to silence this)",
+        stacklevel=2,
+    )
+    return False
+
+
+def _batch(model: torch.nn.Module, samples: list[TrainSample], share: bool, pad_id: int,
+           device: str | torch.device) -> TensorBatch:
+    dtype = next(model.parameters()).dtype
+    return collate(samples, pad_id, device, share_prompts=share, dtype=dtype)
+
+
 @torch.no_grad()
 def _fixed_logprobs(
-    model: torch.nn.Module, shard: Shard, cfg: Config, pad_id: int, device: torch.device
+    model: torch.nn.Module, shard: Shard, cfg: Config, pad_id: int, device: str | torch.device
 ) -> list[list[Tensor]]:
     """Log-probs of every micro-batch of every update under `model` as it is now."""
+    share = shares_prompts(model, cfg)
     out = []
     for update in shard.updates:
         out.append([
-            response_logprobs(model, collate(mb, pad_id, device), _temperature(cfg))[0]
+            response_logprobs(model, _batch(model, mb, share, pad_id, device), _temperature(cfg))[0]
             for mb in _micro_batches(update, cfg.learner.micro_batch_size)
         ])
     return out
@@ -125,12 +246,13 @@ def train_on_shard(
     old = None if single else _fixed_logprobs(model, shard, cfg, pad_id, device)
     ref = None if ref_model is None else _fixed_logprobs(ref_model, shard, cfg, pad_id, device)
     params = [p for p in model.parameters() if p.requires_grad]
+    share = shares_prompts(model, cfg)
     per_update, grad_norms, bad = [], [], 0
     for u, update in enumerate(shard.updates):
         optimizer.zero_grad(set_to_none=True)
         parts = []
         for m, samples in enumerate(_micro_batches(update, cfg.learner.micro_batch_size)):
-            batch = collate(samples, pad_id, device)
+            batch = _batch(model, samples, share, pad_id, device)
             logp, entropy = response_logprobs(
                 model, batch, temperature, with_entropy=algo.entropy_coef > 0
             )
