@@ -284,7 +284,10 @@ def run_training(cfg: Config) -> dict[str, Any]:
         from rlrun.metrics.report import write_report
 
         summary["report"] = write_report(run_dir)
-    print(format_summary(summary), flush=True)
+    text = format_summary(summary)
+    print(text, flush=True)
+    with open(os.path.join(run_dir, "train.log"), "a", encoding="utf-8") as log:
+        log.write(text + "\n")
     return summary
 
 

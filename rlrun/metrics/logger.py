@@ -1,7 +1,8 @@
 """MetricsLogger: one call per step fans metrics out to every enabled sink.
 
 Sinks: `run_dir/metrics.jsonl` (always; the report and tests read it), one `key: value` console
-line per step on stdout (stable, so SageMaker metric regexes can scrape it), TensorBoard event
+line per step on stdout (stable, so SageMaker metric regexes can scrape it) and in
+`run_dir/train.log` (always; `rlrun train` adds its summary at the end), TensorBoard event
 files under `run_dir/tensorboard/`, and optionally MLflow and Weights & Biases. Sample
 completions go to `run_dir/samples.jsonl` for the report. Metric names are the flat namespace
 documented in docs/metrics.md.
@@ -206,6 +207,7 @@ class MetricsLogger:
             self._sinks.append(_Wandb(cfg.project, run_name, config, self.run_dir))
         self._metrics = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
         self._samples = open(self.run_dir / "samples.jsonl", "a", encoding="utf-8")
+        self._text = open(self.run_dir / "train.log", "a", encoding="utf-8")
 
     def console_line(self, step: int, metrics: dict[str, float]) -> str:
         return format_console_line(step, metrics)
@@ -219,8 +221,10 @@ class MetricsLogger:
         self._metrics.flush()
         for sink in self._sinks:
             sink.log(step, clean)
+        line = self.console_line(step, clean)
+        self._text.write(line + "\n")
+        self._text.flush()
         if self.cfg.console:
-            line = self.console_line(step, clean)
             if self._bar is not None:
                 tqdm.write(line, file=sys.stdout)
             else:
@@ -255,6 +259,7 @@ class MetricsLogger:
             sink.close()
         self._metrics.close()
         self._samples.close()
+        self._text.close()
         if self._bar is not None:
             self._bar.close()
 

@@ -52,6 +52,17 @@ def test_console_line_goes_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert capsys.readouterr().out == "step=7 reward: 0.5 loss/kl: 0.01\n"
 
 
+def test_step_lines_go_to_train_log_even_off_the_console(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = MetricsConfig(tensorboard=False, progress="off", console=False)
+    with MetricsLogger(cfg, str(tmp_path)) as logger:
+        logger.log(0, {"reward/mean": 0.25})
+        logger.log(1, {"reward/mean": 0.5})
+    assert capsys.readouterr().out == ""
+    assert (tmp_path / "train.log").read_text() == "step=0 reward: 0.25\nstep=1 reward: 0.5\n"
+
+
 def test_jsonl_and_tensorboard_read_back(run_dir: Path) -> None:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if "reward/mean" in r]
