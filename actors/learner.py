@@ -25,6 +25,7 @@ from ray.train.torch import TorchConfig, TorchTrainer
 
 from actors.coordinator import NAME as COORDINATOR
 from rlrun import checkpoint
+from rlrun.cluster import TRAIN_WORKER_RUNTIME_ENV
 from rlrun.config import Config, from_dict, to_dict
 from rlrun.weights import make_sender
 
@@ -122,6 +123,7 @@ def make_trainer(cfg: Config, model_path: str) -> TorchTrainer:
             storage_path=storage_path(cfg.run.output_dir),
             failure_config=FailureConfig(max_failures=learner.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.trainer.keep_checkpoints),
+            worker_runtime_env=TRAIN_WORKER_RUNTIME_ENV,
         ),
     )
 

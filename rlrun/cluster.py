@@ -13,6 +13,12 @@ from urllib.parse import urlsplit
 
 from rlrun.config import Config
 
+# Ray Train reroutes print() in its workers through the root logger and, since a Ray worker's
+# stdout is already wrapped, prints it as well: every line reaches the driver twice, and text a
+# library captures by swapping sys.stdout (dill disassembles functions that way while `datasets`
+# fingerprints TRL's map functions) leaks into the log as pages of bytecode.
+TRAIN_WORKER_RUNTIME_ENV = {"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}}
+
 
 class ClusterError(RuntimeError):
     """The configured run cannot be placed on (or cannot reach) the Ray cluster."""
