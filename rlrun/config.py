@@ -221,6 +221,7 @@ class SFTConfig:
     batch_size: int = 16  # SFT batch size
     eval_every: int = 20  # steps between held-out accuracy checks
     target_accuracy: float = 0.2  # stop once held-out sampled accuracy reaches this
+    math_fraction: float | None = None  # share of math problems in the warm-start data, the rest code (null: as in data.train)
 
 
 @dataclass
@@ -344,6 +345,9 @@ def validate(cfg: Config | DictConfig) -> None:
             f"prompts_per_step*group_size={batch} must divide into algo.mini_batches*"
             f"learner.num_workers={per_update} equal shards",
         )
+    fraction = cfg.sft.math_fraction
+    if fraction is not None and not 0 <= fraction <= 1:
+        _fail("sft.math_fraction", fraction, "must be in [0, 1] (or null: the mix of data.train)")
     if algo.dual_clip is not None and algo.dual_clip <= 1:
         _fail("algo.dual_clip", algo.dual_clip, "must be > 1 (or null to disable)")
     if algo.max_staleness > 0 and algo.is_correction == "none":

@@ -43,6 +43,38 @@ def reference_completion(problem: Problem) -> str:
     return f"```{problem.language}\n{code.rstrip()}\n```"
 
 
+def mix_by_kind(problems: list[Problem], math_fraction: float, seed: int) -> list[Problem]:
+    """As many problems as `problems`, `math_fraction` of them math and the rest code.
+
+    A kind the model learns slowly (a tiny model needs several times more steps to read operands
+    out of a word problem than to map a statement to one of a few programs) can get more of the
+    warm-start, so that both kinds reach the accuracy target at about the same time instead of
+    the easy one saturating first. Each kind is walked through in a seeded shuffled order,
+    reshuffled when used up, so every problem is seen before any is repeated.
+    """
+    by_kind: dict[str, list[Problem]] = {"math": [], "code": []}
+    for p in problems:
+        by_kind[p.kind].append(p)
+    want = {"math": round(math_fraction * len(problems))}
+    want["code"] = len(problems) - want["math"]
+    rng = random.Random(seed)
+    out: list[Problem] = []
+    for kind, count in want.items():
+        pool = by_kind[kind]
+        if count and not pool:
+            raise ValueError(
+                f"sft.math_fraction={math_fraction} asks for {count} {kind} problems but "
+                f"data.train has none: set sft.math_fraction to {1.0 if kind == 'code' else 0.0} "
+                "or null"
+            )
+        while count > 0:
+            batch = rng.sample(pool, len(pool))[:count]
+            out += batch
+            count -= len(batch)
+    rng.shuffle(out)
+    return out
+
+
 def sft_rows(problems: list[Problem], cfg: Config, tokenizer: Any = None) -> list[dict[str, str]]:
     """Prompt-completion rows (TRL's format) for every problem that has a reference."""
     from rlrun.data.prompts import render_prompt
@@ -61,6 +93,13 @@ def held_out_accuracy(
     engine: Any, reward: Any, problems: list[Problem], cfg: Config, seed: int
 ) -> float:
     """Mean correctness of sampled completions (the training sampling settings) on `problems`."""
+    return held_out_accuracy_by_kind(engine, reward, problems, cfg, seed)["all"]
+
+
+def held_out_accuracy_by_kind(
+    engine: Any, reward: Any, problems: list[Problem], cfg: Config, seed: int
+) -> dict[str, float]:
+    """`held_out_accuracy` overall (key "all") and for each problem kind ("math", "code")."""
     from rlrun.data.prompts import render_prompt
     from rlrun.engines import SamplingParams
     from rlrun.records import Sample
@@ -84,7 +123,12 @@ def held_out_accuracy(
                 )
             )
     checks = reward.correctness(flat_problems, samples)
-    return sum(c.status in SOLVED for c in checks) / max(len(checks), 1)
+    solved: dict[str, list[bool]] = {"all": []}
+    for problem, check in zip(flat_problems, checks, strict=True):
+        ok = check.status in SOLVED
+        solved["all"].append(ok)
+        solved.setdefault(problem.kind, []).append(ok)
+    return {kind: sum(oks) / max(len(oks), 1) for kind, oks in solved.items()}
 
 
 def _train_loop(loop_cfg: dict[str, Any]) -> None:
@@ -102,8 +146,7 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
     from rlrun.models import load_causal_lm, load_tokenizer
     from rlrun.rewards import build_reward
 
-    # The rows live in memory; caching would also make datasets fingerprint TRL's map functions
-    # with dill, which prints their disassembly through Ray's captured stdout.
+    # The rows live in memory: nothing to cache on disk.
     datasets.disable_caching()
     cfg = from_dict(loop_cfg["config"])
     base = loop_cfg["model_path"]
@@ -135,13 +178,18 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
             if engine is not None:
                 weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
                 engine.load_weights(state.global_step, weights)
-                acc = held_out_accuracy(engine, reward, val, cfg, seed=cfg.run.seed)
+                by_kind = held_out_accuracy_by_kind(engine, reward, val, cfg, seed=cfg.run.seed)
+                acc = by_kind.pop("all")
                 loss = next(
                     (h["loss"] for h in reversed(state.log_history) if "loss" in h), float("nan")
                 )
-                history.append({"step": state.global_step, "accuracy": acc, "loss": loss})
-                print(f"sft step={state.global_step} loss: {loss:.4f} val/accuracy: {acc:.3f}",
-                      flush=True)
+                kinds = {f"val/{k}/accuracy": v for k, v in sorted(by_kind.items())}
+                if len(kinds) == 1:
+                    kinds = {}
+                history.append({"step": state.global_step, "accuracy": acc, "loss": loss} | kinds)
+                split = "".join(f" {k}: {v:.3f}" for k, v in kinds.items())
+                print(f"sft step={state.global_step} loss: {loss:.4f} val/accuracy: {acc:.3f}"
+                      f"{split}", flush=True)
                 stop = acc >= cfg.sft.target_accuracy
             else:
                 stop = False
@@ -202,12 +250,16 @@ def run_sft(cfg: Config, model_path: str, train: list[Problem], val: list[Proble
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from rlrun.cluster import TRAIN_WORKER_RUNTIME_ENV
+
     usable = [p for p in train if p.reference is not None]
     if not usable:
         raise ValueError(
             f"sft.enabled is true but none of the {len(train)} training problems has a reference "
             "solution to learn from (data.train must carry answers or programs)"
         )
+    if cfg.sft.math_fraction is not None:
+        usable = mix_by_kind(usable, cfg.sft.math_fraction, cfg.run.seed)
     rng = random.Random(cfg.run.seed)
     val_sample = rng.sample(val, min(len(val), 64)) if val else rng.sample(usable, 32)
     out = Path(cfg.run.output_dir).resolve()
@@ -224,7 +276,9 @@ def run_sft(cfg: Config, model_path: str, train: list[Problem], val: list[Proble
             use_gpu=cfg.learner.num_gpus > 0,
             resources_per_worker={"CPU": cfg.learner.num_cpus, "GPU": cfg.learner.num_gpus},
         ),
-        run_config=RunConfig(name="sft", storage_path=str(out)),
+        run_config=RunConfig(
+            name="sft", storage_path=str(out), worker_runtime_env=TRAIN_WORKER_RUNTIME_ENV
+        ),
     )
     result = trainer.fit()
     if result.checkpoint is None:

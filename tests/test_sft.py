@@ -7,7 +7,7 @@ import pytest
 from rlrun.config import load_config
 from rlrun.data.toy import arithmetic_problems, code_problems
 from rlrun.records import Problem, Tests
-from rlrun.sft import reference_completion, sft_rows
+from rlrun.sft import mix_by_kind, reference_completion, sft_rows
 
 
 def test_math_reference_is_the_worked_answer() -> None:
@@ -31,6 +31,32 @@ def test_harness_reference_carries_the_signature() -> None:
         reference="    return x + 1\n", tests=Tests(harness="assert f(1) == 2", entry_point="f"),
     )
     assert reference_completion(p) == "```python\ndef f(x):\n    return x + 1\n```"
+
+
+def test_mix_by_kind_sets_the_share_of_math_and_repeats_nothing_early() -> None:
+    maths, codes = arithmetic_problems(50, 0), code_problems(50, 0)
+    mixed = mix_by_kind(maths + codes, 0.9, seed=0)
+    assert len(mixed) == 100
+    assert sum(p.kind == "math" for p in mixed) == 90
+    # 90 draws from 50 math problems: each one once before any comes a second time.
+    counts = {p.id: sum(q.id == p.id for q in mixed) for p in maths}
+    assert sorted(set(counts.values())) == [1, 2] and sum(counts.values()) == 90
+    assert len({p.id for p in mixed if p.kind == "code"}) == 10
+    assert mix_by_kind(maths + codes, 0.9, seed=0) == mixed
+    assert [p.kind for p in mixed] != sorted(p.kind for p in mixed)  # shuffled, not in blocks
+
+
+def test_mix_by_kind_names_the_key_when_a_kind_is_missing() -> None:
+    with pytest.raises(ValueError, match=r"sft.math_fraction=0.5 .* code .* data.train has none"):
+        mix_by_kind(arithmetic_problems(10, 0), 0.5, seed=0)
+    assert len(mix_by_kind(arithmetic_problems(10, 0), 1.0, seed=0)) == 10
+
+
+def test_math_fraction_outside_zero_one_is_refused() -> None:
+    from rlrun.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"sft.math_fraction"):
+        load_config(None, ["sft.math_fraction=1.5"])
 
 
 def test_problems_without_reference_are_left_out() -> None:
