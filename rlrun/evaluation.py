@@ -120,8 +120,15 @@ class EvalResult:
         return out
 
     def metrics(self, prefix: str = "val") -> dict[str, float]:
-        """The overall numbers under flat metric names (val/accuracy, val/pass@1, ...)."""
-        return {f"{prefix}/{k}": v for k, v in self.overall().items() if k != "problems"}
+        """The overall numbers under flat metric names (val/accuracy, val/pass@1, ...), and on a
+        set of several problem kinds each kind's too (val/math/accuracy, val/code/accuracy, ...):
+        a mixed average can hide one kind improving while the other gets worse."""
+        out = {f"{prefix}/{k}": v for k, v in self.overall().items() if k != "problems"}
+        kinds = self.breakdowns().get("kind", {})
+        if len(kinds) > 1:
+            for kind, numbers in kinds.items():
+                out |= {f"{prefix}/{kind}/{k}": v for k, v in numbers.items() if k != "problems"}
+        return out
 
     def summary(self, flips: list[Flip] | None = None, **info: Any) -> dict[str, Any]:
         """A JSON-able digest (what eval*.json files and the run report hold)."""

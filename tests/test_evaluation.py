@@ -197,6 +197,20 @@ def test_aggregate_and_breakdowns_by_hand() -> None:
     assert groups["difficulty"] == {"800": aggregate([rows[2]], [1, 2])}
 
 
+def test_metrics_split_by_kind_only_on_a_mixed_set() -> None:
+    code = [_row("a", 4, 1), _row("b", 4, 3)]
+    math = ProblemResult("m", "math", n=4, correct=0, rewards=[0.0] * 4,
+                         pass_at={1: 0.0, 2: 0.0})
+    mixed = EvalResult(code + [math], [1, 2], samples=4, greedy=False, seed=0).metrics()
+    assert mixed["val/accuracy"] == pytest.approx(1 / 3)
+    assert mixed["val/code/accuracy"] == pytest.approx(0.5)
+    assert mixed["val/math/accuracy"] == 0.0
+    assert mixed["val/code/pass@2"] == pytest.approx(aggregate(code, [1, 2])["pass@2"])
+    assert "val/code/problems" not in mixed
+    only_code = EvalResult(code, [1, 2], samples=4, greedy=False, seed=0).metrics()
+    assert not any(k.startswith("val/code/") for k in only_code)
+
+
 def test_flips_use_greedy_when_both_evals_have_it_and_majority_otherwise() -> None:
     before = [_row("a", 4, 0, greedy=False), _row("b", 4, 4, greedy=True), _row("x", 4, 4)]
     after = [_row("a", 4, 1, greedy=True), _row("b", 4, 4, greedy=True)]
