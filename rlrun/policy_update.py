@@ -207,14 +207,33 @@ def _batch(model: torch.nn.Module, samples: list[TrainSample], share: bool, pad_
 def _fixed_logprobs(
     model: torch.nn.Module, shard: Shard, cfg: Config, pad_id: int, device: str | torch.device
 ) -> list[list[Tensor]]:
-    """Log-probs of every micro-batch of every update under `model` as it is now."""
+    """Log-probs of every micro-batch of every update under `model` as it is now, [N, L] each.
+
+    Every epoch revisits the same samples, so each distinct sample goes through the model once
+    (in the first epoch's order) and later micro-batches reuse its row.
+    """
     share = shares_prompts(model, cfg)
-    out = []
-    for update in shard.updates:
-        out.append([
-            response_logprobs(model, _batch(model, mb, share, pad_id, device), _temperature(cfg))[0]
-            for mb in _micro_batches(update, cfg.learner.micro_batch_size)
-        ])
+    size = cfg.learner.micro_batch_size
+    distinct = list({id(s): s for update in shard.updates for s in update.samples}.values())
+    rows: dict[int, Tensor] = {}
+    for i in range(0, len(distinct), size):
+        samples = distinct[i : i + size]
+        batch = _batch(model, samples, share, pad_id, device)
+        logp = response_logprobs(model, batch, _temperature(cfg))[0]  # [N, L]
+        for s, row in zip(samples, logp, strict=True):
+            rows[id(s)] = row[: len(s.response_ids)]
+    return [[_stack_rows(rows, mb, device) for mb in _micro_batches(update, size)]
+            for update in shard.updates]
+
+
+def _stack_rows(
+    rows: dict[int, Tensor], samples: list[TrainSample], device: str | torch.device
+) -> Tensor:
+    """The [N, L] tensor `collate` would lay out for `samples`, zero past each response."""
+    out = torch.zeros((len(samples), max(max(len(s.response_ids) for s in samples), 1)),
+                      device=device)
+    for i, s in enumerate(samples):
+        out[i, : len(s.response_ids)] = rows[id(s)]
     return out
 
 

@@ -101,6 +101,29 @@ def test_single_update_takes_pi_old_from_its_own_forward_pass(tiny_path):
         torch.testing.assert_close(a, b, msg=name)
 
 
+def test_fixed_logprobs_run_each_sample_once_across_epochs(tiny_path):
+    """pi_old (and the reference) go through the model once per distinct sample; every later
+    epoch's micro-batches get the same rows a separate forward pass would give them."""
+    from rlrun.policy_update import _fixed_logprobs
+
+    cfg = load_config(None, ["algo.epochs=3", "algo.mini_batches=2",
+                             "learner.micro_batch_size=2"])
+    work = shard([1.0, -1.0, 0.5, -0.5, 0.25, -0.25], cfg)
+    assert len(work.updates) == 6
+    model = load_causal_lm(tiny_path)
+    pad = load_tokenizer(tiny_path).pad_token_id
+    calls = []
+    hook = model.register_forward_hook(lambda mod, args, out: calls.append(1))
+    fixed = _fixed_logprobs(model, work, cfg, pad, "cpu")
+    hook.remove()
+    assert len(calls) == 3  # 6 distinct samples in micro-batches of 2
+    for u, update in enumerate(work.updates):
+        for m, i in enumerate(range(0, len(update.samples), 2)):
+            with torch.no_grad():
+                own, _ = response_logprobs(model, collate(update.samples[i : i + 2], pad), 1.0)
+            torch.testing.assert_close(fixed[u][m], own)
+
+
 def groups_of(prompts: list[list[int]], lengths: list[list[int]]) -> list[batching.TrainSample]:
     """Samples answering `prompts[g]` with responses of `lengths[g]` tokens, interleaved so
     that responses to one prompt are not next to each other."""
