@@ -34,9 +34,23 @@ def _prefix(prefix: str, exclude: tuple[str, ...] = ()) -> Callable[[list[str]],
     return lambda logged: sorted(n for n in logged if n.startswith(prefix) and n not in exclude)
 
 
+def _validation(per_kind: bool) -> Callable[[list[str]], list[str]]:
+    """Overall validation metrics (val/accuracy, ...), or each kind's accuracies on a mixed set
+    (val/code/accuracy, val/code/greedy_accuracy, ...)."""
+    def keys(logged: list[str]) -> list[str]:
+        if per_kind:
+            return sorted(n for n in logged if n.count("/") == 2 and n.startswith("val/")
+                          and n.endswith("accuracy"))
+        return sorted(n for n in logged if n.count("/") == 1 and n.startswith("val/"))
+
+    return keys
+
+
 PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("reward", "Training reward", _exact("reward/mean", "train/accuracy"), "reward"),
-    PlotSpec("validation", "Validation", _prefix("val/"), "score"),
+    PlotSpec("validation", "Validation", _validation(per_kind=False), "score"),
+    PlotSpec("validation_by_kind", "Validation by problem kind", _validation(per_kind=True),
+             "accuracy"),
     PlotSpec("reward_components", "Reward components",
              _prefix("reward/", ("reward/mean", "reward/std")), "reward"),
     PlotSpec("length", "Response length",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlrun.metrics.plots import read_metrics, series, write_plots
+from rlrun.metrics.plots import PLOTS, read_metrics, series, write_plots
 
 
 def test_plots_cover_the_logged_families(run_dir: Path, tmp_path: Path) -> None:
@@ -13,6 +13,7 @@ def test_plots_cover_the_logged_families(run_dir: Path, tmp_path: Path) -> None:
     names = {p.stem for p in written}
     assert {"reward", "validation", "length", "kl_entropy", "phase_times"} <= names
     assert "sandbox" not in names  # the synthetic run is math only
+    assert "validation_by_kind" not in names  # and has one kind
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -27,3 +28,13 @@ def test_series_of_a_resumed_run_keeps_the_last_value_per_step() -> None:
     rows = [{"step": 1, "a": 1.0}, {"step": 2, "a": 2.0}, {"step": 3, "a": 3.0},
             {"step": 2, "a": 2.5}, {"step": 3, "a": 3.5}]
     assert series(rows, "a") == ([1, 2, 3], [1.0, 2.5, 3.5])
+
+
+def test_validation_on_a_mixed_set_gets_a_plot_per_kind_beside_the_overall_one() -> None:
+    logged = ["val/accuracy", "val/pass@4", "val/math/accuracy", "val/math/greedy_accuracy",
+              "val/math/pass@4", "val/code/accuracy", "reward/mean"]
+    specs = {spec.name: spec for spec in PLOTS}
+    assert specs["validation"].keys(logged) == ["val/accuracy", "val/pass@4"]
+    assert specs["validation_by_kind"].keys(logged) == [
+        "val/code/accuracy", "val/math/accuracy", "val/math/greedy_accuracy"
+    ]
