@@ -36,7 +36,7 @@ def test_code_problems_shape():
     assert problems == code_problems(60, 1)
     assert code_problems(100, 1)[:60] == problems
     assert {p.meta["template"] for p in problems} == {
-        "sum", "difference", "product", "max", "reverse", "upper", "times"
+        "sum", "difference", "product", "max", "reverse", "upper", "square"
     }
     for p in problems:
         assert p.kind == "code" and p.language == "python"
