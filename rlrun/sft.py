@@ -217,6 +217,7 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
         max_length=512,
         dataloader_num_workers=0,
         disable_tqdm=True,
+        gradient_checkpointing=cfg.sft.gradient_checkpointing,
     )
     trainer = SFTTrainer(
         model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
