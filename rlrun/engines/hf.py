@@ -148,6 +148,11 @@ class HFEngine:
         stop_at: list[int | None] = [None] * batch  # char offset at which the text is cut
         in_cache = list(range(batch))  # rows in the cache, in cache order
         finished = [False] * batch
+        # A stop string that completes at this step ends in the newest token, so it lies within
+        # the last few tokens: decode only those (every token is at least one byte, a character
+        # at most four), and the whole text once one shows up there. Decoding the whole text at
+        # every step made stop strings cost as much as the model on a tiny one.
+        window = 4 * max(map(len, sampling.stop), default=0) + 8
         for step in range(sampling.max_new_tokens):
             tokens, logprobs = sample_tokens(logits.float(), sampling, generator)  # [A], [A]
             for b, tok, lp in zip(in_cache, tokens.tolist(), logprobs.tolist(), strict=True):
@@ -157,7 +162,9 @@ class HFEngine:
                 logprobs_out[b].append(lp)
                 if tok in self.eos_ids:
                     reasons[b], finished[b] = "stop", True
-                elif sampling.stop:
+                elif sampling.stop and any(
+                    stop in self._decode(tokens_out[b][-window:]) for stop in sampling.stop
+                ):
                     at = first_stop(
                         self._decode(tokens_out[b]), sampling.stop, sampling.include_stop_str
                     )
