@@ -46,7 +46,7 @@ HEADING = "## Training: rlrun vs TRL `GRPOTrainer`"
 DEMO = Path(__file__).resolve().parent.parent / "conf" / "demo.yaml"
 # Math only: TRL gets rlrun's reward without a sandbox, and both score the same problems.
 FIXED = [
-    "data.train=toy:arithmetic", "data.val=null", "sft.enabled=true",
+    "data.train=toy:arithmetic", "data.val=null", "sft.enabled=true", "sft.math_fraction=null",
     "metrics.tensorboard=false", "metrics.report=false",
     "metrics.sample_problems=1", "trainer.eval_every=0",
     # Like for like: TRL takes no stop strings, tops up no filtered groups and has no damping of
@@ -166,7 +166,8 @@ def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats:
     of the first step's shape (sampled from `model_path`), median of `repeats`.
 
     `old_logprobs` is the no-grad pass that fixes pi_old before the update; `step` is the whole
-    `train_on_shard` (that pass, forward/backward of every micro-batch, optimizer step).
+    `train_on_shard` (that pass, the reference model's when `algo.kl_coef` > 0, forward/backward
+    of every micro-batch, optimizer step).
     """
     import torch
 
@@ -174,6 +175,7 @@ def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats:
     from rlrun.data.prompts import render_prompt
     from rlrun.engines import SamplingParams
     from rlrun.engines.hf import HFEngine
+    from rlrun.models import load_causal_lm
     from rlrun.policy_update import (
         collate,
         response_logprobs,
@@ -205,6 +207,7 @@ def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats:
     pad, micro = engine.tokenizer.pad_token_id, cfg.learner.micro_batch_size
     temperature = cfg.rollout.sampling.temperature or 1.0
     share = shares_prompts(model, cfg)
+    ref_model = load_causal_lm(model_path, cfg.model.dtype).eval() if algo.kl_coef > 0 else None
     old, step = [], []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -215,7 +218,7 @@ def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats:
                     response_logprobs(model, batch, temperature)
         old.append(time.perf_counter() - t)
         t = time.perf_counter()
-        train_on_shard(model, optimizer, scheduler, shard, cfg, pad)
+        train_on_shard(model, optimizer, scheduler, shard, cfg, pad, ref_model=ref_model)
         step.append(time.perf_counter() - t)
     return {"old_logprobs": statistics.median(old), "step": statistics.median(step)}
 
@@ -367,6 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     command = "python benchmarks/vs_trl.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
+    pi_old_note = (
+        "rlrun always runs a no-grad pi_old pass before the update; TRL skips it when each "
+        "generation batch gets exactly one update (as here) and uses the detached log-probs of "
+        "the update itself."
+        if cfg.algo.epochs * cfg.algo.mini_batches == 1 else
+        "Both run a no-grad pi_old pass over each generation batch before its "
+        f"{cfg.algo.epochs * cfg.algo.mini_batches} updates."
+    )
     variant_note = (
         " Rows named `rlrun, KEY=VALUE ...` are rlrun with those settings changed "
         "(`--rlrun-variant`); TRL has no counterpart for them."
@@ -393,9 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         "published; TRL's is everything in `trainer.train()` but generation and reward; the "
         "last row times rlrun's `train_on_shard` alone, so train minus that row is what the "
         "Ray learner adds (shard transfer, weight publishing, calls to the coordinator). "
-        "rlrun always runs a no-grad pi_old pass before the update; TRL skips it when each "
-        "generation batch gets exactly one update (as here) and uses the detached log-probs of "
-        f"the update itself.{variant_note}\n\n"
+        f"{pi_old_note}{variant_note}\n\n"
         f"{main_table}\n\n{breakdown}\n"
     )
     write_section(HEADING, section)
