@@ -296,10 +296,17 @@ def format_summary(summary: dict[str, Any]) -> str:
         return " ".join(f"{k}: {v:.4g}" for k, v in sorted(d.items()) if isinstance(v, float)
                         and math.isfinite(v)) or "-"
 
+    before, after = summary["val_initial"], summary["val_final"]
+    moved = [
+        f"{key} {before[key]:.3f} -> {after[key]:.3f} ({after[key] - before[key]:+.3f})"
+        for key in ("val/accuracy", "val/reward_mean")
+        if key in before and key in after
+    ]
     lines = [
         f"done: {summary['steps']} steps in {summary['wall_s']}s "
         f"({summary['samples_per_s']:.1f} samples/s)"
         + (" (stopped by SIGTERM)" if summary["stopped_by_signal"] else ""),
+        *([f"  held-out: {', '.join(moved)}"] if moved else []),
         f"  val before: {fmt(summary['val_initial'])}",
         f"  val after:  {fmt(summary['val_final'])}",
         f"  reward (last step): {summary['final'].get('reward/mean', float('nan')):.4g}",
