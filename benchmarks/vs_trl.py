@@ -1,7 +1,8 @@
 """rlrun next to TRL's `GRPOTrainer`: same warm-started model, prompts, group size, sampling and
 number of optimizer steps, on this CPU, in one run.
 
-    python benchmarks/vs_trl.py [--config conf/demo.yaml] [--steps N] [--quick] [KEY=VALUE ...]
+    python benchmarks/vs_trl.py [--config conf/demo.yaml] [--steps N] [--seeds N] [--quick]
+                                [KEY=VALUE ...]
 
 1. build the tiny model of the config and warm-start it once with `rlrun.sft.run_sft` (until
    held-out sampled accuracy reaches `sft.target_accuracy`); both trainers start from it;
@@ -9,7 +10,10 @@ number of optimizer steps, on this CPU, in one run.
    prompts rlrun's coordinator draws, in the same order, rewarded by rlrun's own reward;
 3. rlrun: `rlrun.training.run_training` on local Ray, from the warm-started model; then once
    more per `--rlrun-variant KEY=VALUE` (by default, a synchronous recipe is also run with
-   `algo.max_staleness=1`, generation overlapping training), each an extra row;
+   `algo.max_staleness=1`, generation overlapping training), each an extra row. With
+   `--seeds N`, steps 2 and 3 run N times, with run.seed, run.seed+1, ... (data order and
+   sampling) from the same warm-started model: a reward difference smaller than the spread
+   between seeds says nothing;
 4. both final models (Hugging Face format) are scored the same way: `trainer.eval_samples`
    sampled completions per held-out problem with the training sampling settings and one seed,
    by the HF engine and the rlrun reward (`rlrun.sft.held_out_accuracy`).
@@ -54,7 +58,8 @@ FIXED = [
     "rollout.sampling.stop=[]", "algo.filter_equal_groups=false",
     "algo.negative_advantage_scale=1.0",
 ]
-QUICK = ["data.val_size=16", "trainer.eval_samples=2", "sft.max_steps=40", "sft.eval_every=20"]
+QUICK = ["data.val_size=16", "trainer.eval_samples=2", "trainer.eval_k=[1]", "sft.max_steps=40",
+         "sft.eval_every=20"]
 QUICK_STEPS = 3
 
 
@@ -84,6 +89,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run rlrun with these settings changed (space-separated), as an extra row "
         "(repeatable; "
         "default: algo.max_staleness=1 when the recipe is synchronous; none: no extra row)",
+    )
+    parser.add_argument(
+        "--seeds", type=int, default=1,
+        help="RL runs per trainer, with run.seed, run.seed+1, ... (data order and sampling); "
+        "one warm-start and one held-out evaluation seed for all",
     )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides")
     return parser.parse_args(argv)
@@ -256,10 +266,45 @@ def settings(cfg: Config) -> str:
     )
 
 
-def tables(cfg: Config, before: float, trl: Any, trl_after: float, runs: list[dict[str, Any]],
-           compute: dict[str, float]) -> tuple[str, str]:
-    """The results table and the per-step breakdown; `runs` are the rlrun runs, each with its
-    `label` and held-out accuracy `after`."""
+def merge_trl(results: list[Any]) -> Any:
+    """One TRL row from runs with different seeds: totals, and every step's time."""
+    from dataclasses import replace
+
+    first = results[0]
+    return replace(
+        first,
+        optimizer_steps=sum(r.optimizer_steps for r in results),
+        samples=sum(r.samples for r in results),
+        tokens=sum(r.tokens for r in results),
+        wall_s=sum(r.wall_s for r in results),
+        train_s=sum(r.train_s for r in results),
+        timings={k: sum(r.timings.get(k, 0.0) for r in results) for k in first.timings},
+        step_s=[t for r in results for t in r.step_s],
+    )
+
+
+def merge_rlrun(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One rlrun row from runs with different seeds: totals, and every step's time."""
+    first = results[0]
+    totals = {k: sum(r[k] for r in results) for k in ("steps", "samples", "tokens", "wall_s",
+                                                       "train_s")}
+    return first | totals | {
+        "timings": {k: sum(r["timings"][k] for r in results) for k in first["timings"]},
+        "step_s": [t for r in results for t in r["step_s"]],
+    }
+
+
+def _after(values: list[float]) -> str:
+    """Held-out accuracy after training: the value, or the mean and each seed's value."""
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.fmean(values):.3f} ({' / '.join(f'{v:.3f}' for v in values)})"
+
+
+def tables(cfg: Config, before: float, trl: Any, trl_after: list[float],
+           runs: list[dict[str, Any]], compute: dict[str, float]) -> tuple[str, str]:
+    """The results table and the per-step breakdown; `trl` and each of `runs` (the rlrun rows,
+    each with its `label` and held-out accuracies `after`) hold the totals over the seeds."""
     updates = cfg.algo.mini_batches * cfg.algo.epochs
     step_samples = cfg.algo.prompts_per_step * cfg.algo.group_size
     trl_rate, trl_tok = trl.samples / trl.train_s, trl.tokens / trl.train_s
@@ -272,7 +317,7 @@ def tables(cfg: Config, before: float, trl: Any, trl_after: float, runs: list[di
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         f"| TRL `GRPOTrainer` | {trl.optimizer_steps} | {trl.samples} | {trl_rate:.1f} | "
         f"{trl_med:.1f} | {trl_tok:,.0f} | {trl.tokens / trl.samples:.1f} | {trl.train_s:.1f} | "
-        f"{trl.wall_s:.1f} | {before:.3f} | {trl_after:.3f} |",
+        f"{trl.wall_s:.1f} | {before:.3f} | {_after(trl_after)} |",
     ]
     t = trl.timings
     n = trl.optimizer_steps // updates
@@ -289,7 +334,7 @@ def tables(cfg: Config, before: float, trl: Any, trl_after: float, runs: list[di
         main += [
             f"| {rl['label']} | {rl['steps'] * updates} | {rl['samples']} | {rate:.1f} | "
             f"{med:.1f} | {tok:,.0f} | {rl['tokens'] / rl['samples']:.1f} | "
-            f"{rl['train_s']:.1f} | {rl['wall_s']:.1f} | {before:.3f} | {rl['after']:.3f} |",
+            f"{rl['train_s']:.1f} | {rl['wall_s']:.1f} | {before:.3f} | {_after(rl['after'])} |",
             f"| {rl['label']} / TRL | | | {rate / trl_rate:.2f}x | {med / trl_med:.2f}x | "
             f"{tok / trl_tok:.2f}x | | | | | |",
         ]
@@ -346,22 +391,33 @@ def main(argv: list[str] | None = None) -> int:
         before = evaluate(start, cfg, val)
         print(f"vs_trl: held-out accuracy of the warm-started model: {before:.3f}", flush=True)
 
-        trl = run_trl(cfg, start, train, str(out / "trl"))
-        print(f"vs_trl: TRL {trl.samples / trl.train_s:.1f} samples/s over {trl.train_s:.1f}s",
-              flush=True)
-        runs = []
-        for i, (label, changed) in enumerate(variants):
-            rl = run_rlrun(with_overrides(cfg, changed), start, out / f"rlrun-{i}")
-            print(f"vs_trl: {label} {rl['samples'] / rl['train_s']:.1f} samples/s over "
-                  f"{rl['train_s']:.1f}s", flush=True)
-            overlapped = with_overrides(cfg, changed).algo.max_staleness > 0
-            runs.append(rl | {"label": label, "overlapped": overlapped})
+        seeds = [cfg.run.seed + k for k in range(args.seeds)]
+        trls: list[Any] = []
+        per_variant: list[list[dict[str, Any]]] = [[] for _ in variants]
+        for seed in seeds:
+            seeded = with_overrides(cfg, [f"run.seed={seed}"])
+            trl = run_trl(seeded, start, train, str(out / f"trl-{seed}"))
+            print(f"vs_trl: seed {seed}: TRL {trl.samples / trl.train_s:.1f} samples/s over "
+                  f"{trl.train_s:.1f}s", flush=True)
+            trls.append(trl)
+            for i, (label, changed) in enumerate(variants):
+                rl = run_rlrun(with_overrides(seeded, changed), start, out / f"rlrun-{i}-{seed}")
+                print(f"vs_trl: seed {seed}: {label} {rl['samples'] / rl['train_s']:.1f} "
+                      f"samples/s over {rl['train_s']:.1f}s", flush=True)
+                per_variant[i].append(rl)
     finally:
         ray.shutdown()
     compute = learner_compute(cfg, start, train)
-    trl_after = evaluate(trl.model_path, cfg, val)
-    for rl in runs:
-        rl["after"] = evaluate(rl["model_path"], cfg, val)
+    trl_after = [evaluate(t.model_path, cfg, val) for t in trls]
+    runs = [
+        merge_rlrun(results) | {
+            "label": label,
+            "overlapped": with_overrides(cfg, changed).algo.max_staleness > 0,
+            "after": [evaluate(r["model_path"], cfg, val) for r in results],
+        }
+        for (label, changed), results in zip(variants, per_variant, strict=True)
+    ]
+    trl = merge_trl(trls)
     load = f"{load_start[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
 
     main_table, breakdown = tables(cfg, before, trl, trl_after, runs, compute)
@@ -377,6 +433,13 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.algo.epochs * cfg.algo.mini_batches == 1 else
         "Both run a no-grad pi_old pass over each generation batch before its "
         f"{cfg.algo.epochs * cfg.algo.mini_batches} updates."
+    )
+    seeds_note = (
+        f" Each row sums {args.seeds} RL runs from the same warm-started model that differ only "
+        f"in run.seed ({', '.join(map(str, seeds))}: data order and sampling); held-out "
+        "accuracy after is their mean, each run's in brackets, all scored with the same "
+        "evaluation seed."
+        if args.seeds > 1 else ""
     )
     variant_note = (
         " Rows named `rlrun, KEY=VALUE ...` are rlrun with those settings changed "
@@ -404,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         "published; TRL's is everything in `trainer.train()` but generation and reward; the "
         "last row times rlrun's `train_on_shard` alone, so train minus that row is what the "
         "Ray learner adds (shard transfer, weight publishing, calls to the coordinator). "
-        f"{pi_old_note}{variant_note}\n\n"
+        f"{pi_old_note}{seeds_note}{variant_note}\n\n"
         f"{main_table}\n\n{breakdown}\n"
     )
     write_section(HEADING, section)

@@ -346,6 +346,13 @@ def validate(cfg: Config | DictConfig) -> None:
             f"prompts_per_step*group_size={batch} must divide into algo.mini_batches*"
             f"learner.num_workers={per_update} equal shards",
         )
+    trainer = cfg.trainer
+    if trainer.eval_k and (min(trainer.eval_k) < 1 or max(trainer.eval_k) > trainer.eval_samples):
+        _fail(
+            "trainer.eval_k", list(trainer.eval_k),
+            f"pass@k needs 1 <= k <= trainer.eval_samples={trainer.eval_samples} sampled "
+            "completions per problem",
+        )
     fraction = cfg.sft.math_fraction
     if fraction is not None and not 0 <= fraction <= 1:
         _fail("sft.math_fraction", fraction, "must be in [0, 1] (or null: the mix of data.train)")

@@ -52,13 +52,6 @@ def test_mix_by_kind_names_the_key_when_a_kind_is_missing() -> None:
     assert len(mix_by_kind(arithmetic_problems(10, 0), 1.0, seed=0)) == 10
 
 
-def test_math_fraction_outside_zero_one_is_refused() -> None:
-    from rlrun.config import ConfigError
-
-    with pytest.raises(ConfigError, match=r"sft.math_fraction"):
-        load_config(None, ["sft.math_fraction=1.5"])
-
-
 def test_problems_without_reference_are_left_out() -> None:
     cfg = load_config(None)
     problems = arithmetic_problems(3, 0) + [Problem(id="x", prompt="?", kind="math", answer="1")]
