@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -268,9 +267,8 @@ def test_HandlesTimeout(judge) -> None:
     assert res.status == "time_limit", res
 
 
-@pytest.mark.timeout(120)
 def test_SleepsPastWallClock(judge) -> None:
-    # A judge that only limited CPU time would wait out the hour and the test would time out.
+    # A judge that only limited CPU time would wait out the hour: the suite's timeout ends it.
     (res,) = judge.judge([stdio_sub("import time\ntime.sleep(3600)", [("", "")], time_limit_s=0.5)])
     assert res.status == "time_limit", res
 
@@ -329,9 +327,7 @@ def test_BackgroundProcessOutlivesTest(judge) -> None:
     (res,) = judge.judge([stdio_sub(code, [("", "parent done\n")])])
     assert res.status == "accepted", res
     uids = {info["uid"] for info in judge.slot_info if info.get("uid") is not None}
-    deadline = time.monotonic() + 2
-    while _uids_alive(uids) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # The executor kills and reaps every leftover before it reports the verdict.
     assert _uids_alive(uids) == []
 
 
