@@ -21,9 +21,6 @@ from typing import Any
 from rlrun.config import Config, from_dict, to_dict
 from rlrun.records import Problem
 
-# Correctness statuses that count as solved: a right math answer, code passing every test.
-SOLVED = ("correct", "accepted")
-
 
 @dataclass
 class SFTResult:
@@ -89,46 +86,29 @@ def sft_rows(problems: list[Problem], cfg: Config, tokenizer: Any = None) -> lis
     ]
 
 
+def held_out_metrics(
+    engine: Any, reward: Any, problems: list[Problem], cfg: Config, seed: int
+) -> dict[str, float]:
+    """val/* metrics of `trainer.eval_samples` sampled completions per problem (the training
+    sampling settings), measured as the training run's validation measures them: val/accuracy,
+    and on a mixed set val/math/accuracy and val/code/accuracy."""
+    from rlrun.data.prompts import render_prompt
+    from rlrun.evaluation import evaluate, reward_scorer, sampling_generate
+
+    result = evaluate(
+        problems, sampling_generate(engine.generate, cfg.rollout.sampling, seed),
+        reward_scorer(reward), samples=cfg.trainer.eval_samples, seed=seed,
+        render=lambda p: render_prompt(p, cfg.data, engine.tokenizer, chat=cfg.model.chat_template),
+        batch_size=max(len(problems), 1),
+    )
+    return result.metrics("val")
+
+
 def held_out_accuracy(
     engine: Any, reward: Any, problems: list[Problem], cfg: Config, seed: int
 ) -> float:
     """Mean correctness of sampled completions (the training sampling settings) on `problems`."""
-    return held_out_accuracy_by_kind(engine, reward, problems, cfg, seed)["all"]
-
-
-def held_out_accuracy_by_kind(
-    engine: Any, reward: Any, problems: list[Problem], cfg: Config, seed: int
-) -> dict[str, float]:
-    """`held_out_accuracy` overall (key "all") and for each problem kind ("math", "code")."""
-    from rlrun.data.prompts import render_prompt
-    from rlrun.engines import SamplingParams
-    from rlrun.records import Sample
-
-    prompts = [
-        render_prompt(p, cfg.data, engine.tokenizer, chat=cfg.model.chat_template)
-        for p in problems
-    ]
-    n = cfg.trainer.eval_samples
-    sampling = SamplingParams.from_config(cfg.rollout.sampling, n=n, seed=seed)
-    groups = engine.generate(prompts, sampling)
-    flat_problems, samples = [], []
-    for gi, (problem, group) in enumerate(zip(problems, groups, strict=True)):
-        for c in group:
-            flat_problems.append(problem)
-            samples.append(
-                Sample(
-                    problem_id=problem.id, group_id=gi, prompt_ids=c.prompt_ids,
-                    response_ids=c.token_ids, response_text=c.text, logprobs=c.logprobs,
-                    weight_version=c.weight_version, finish_reason=c.finish_reason,
-                )
-            )
-    checks = reward.correctness(flat_problems, samples)
-    solved: dict[str, list[bool]] = {"all": []}
-    for problem, check in zip(flat_problems, checks, strict=True):
-        ok = check.status in SOLVED
-        solved["all"].append(ok)
-        solved.setdefault(problem.kind, []).append(ok)
-    return {kind: sum(oks) / max(len(oks), 1) for kind, oks in solved.items()}
+    return held_out_metrics(engine, reward, problems, cfg, seed)["val/accuracy"]
 
 
 def _train_loop(loop_cfg: dict[str, Any]) -> None:
@@ -178,14 +158,13 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
             if engine is not None:
                 weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
                 engine.load_weights(state.global_step, weights)
-                by_kind = held_out_accuracy_by_kind(engine, reward, val, cfg, seed=cfg.run.seed)
-                acc = by_kind.pop("all")
+                metrics = held_out_metrics(engine, reward, val, cfg, seed=cfg.run.seed)
+                acc = metrics["val/accuracy"]
                 loss = next(
                     (h["loss"] for h in reversed(state.log_history) if "loss" in h), float("nan")
                 )
-                kinds = {f"val/{k}/accuracy": v for k, v in sorted(by_kind.items())}
-                if len(kinds) == 1:
-                    kinds = {}
+                kinds = {k: v for k, v in metrics.items()
+                         if k.count("/") == 2 and k.endswith("/accuracy")}
                 history.append({"step": state.global_step, "accuracy": acc, "loss": loss} | kinds)
                 split = "".join(f" {k}: {v:.3f}" for k, v in kinds.items())
                 print(f"sft step={state.global_step} loss: {loss:.4f} val/accuracy: {acc:.3f}"

@@ -34,23 +34,21 @@ def _prefix(prefix: str, exclude: tuple[str, ...] = ()) -> Callable[[list[str]],
     return lambda logged: sorted(n for n in logged if n.startswith(prefix) and n not in exclude)
 
 
-def _validation(per_kind: bool) -> Callable[[list[str]], list[str]]:
-    """Overall validation metrics (val/accuracy, ...), or each kind's accuracies on a mixed set
-    (val/code/accuracy, val/code/greedy_accuracy, ...)."""
-    def keys(logged: list[str]) -> list[str]:
-        if per_kind:
-            return sorted(n for n in logged if n.count("/") == 2 and n.startswith("val/")
-                          and n.endswith("accuracy"))
-        return sorted(n for n in logged if n.count("/") == 1 and n.startswith("val/"))
+def _val_overall(logged: list[str]) -> list[str]:
+    """val/accuracy, val/pass@k, ...: one level below val/."""
+    return sorted(n for n in logged if n.startswith("val/") and n.count("/") == 1)
 
-    return keys
+
+def _val_by_kind(logged: list[str]) -> list[str]:
+    """val/code/accuracy, val/math/greedy_accuracy, ...: each kind's accuracies on a mixed set."""
+    return sorted(n for n in logged
+                  if n.startswith("val/") and n.count("/") == 2 and n.endswith("accuracy"))
 
 
 PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("reward", "Training reward", _exact("reward/mean", "train/accuracy"), "reward"),
-    PlotSpec("validation", "Validation", _validation(per_kind=False), "score"),
-    PlotSpec("validation_by_kind", "Validation by problem kind", _validation(per_kind=True),
-             "accuracy"),
+    PlotSpec("validation", "Validation", _val_overall, "score"),
+    PlotSpec("validation_by_kind", "Validation by problem kind", _val_by_kind, "accuracy"),
     PlotSpec("reward_components", "Reward components",
              _prefix("reward/", ("reward/mean", "reward/std")), "reward"),
     PlotSpec("length", "Response length",
