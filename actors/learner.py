@@ -1,133 +1,238 @@
-"""The learner: a Ray Train `TorchTrainer` whose ranks pull their shards from the coordinator.
+"""The learner: `LearnerWorker` is one rank of the policy's data-parallel group, `LearnerGroup`
+starts, places and restarts the ranks for the driver.
 
-Each rank runs `train_loop`: load the policy (and a frozen reference only when
-`algo.kl_coef > 0`), restore the latest checkpoint Ray Train hands it, attach to the
-coordinator (rank 0), then per step: pull its shard, run the GRPO updates
-(`rlrun.policy_update.train_on_shard`), have rank 0 publish the new weights with the
-coordinator as their owner (objects owned by a Ray Train worker die with it), and report a
-checkpoint to Ray Train when the shard asks for one and once more when training ends.
-DDP runs on gloo on CPU and NCCL on GPU; `learner.max_failures` restarts of the worker group
-are absorbed by restoring the latest checkpoint.
+A rank holds the policy (and a frozen reference only when `algo.kl_coef > 0`), its optimizer
+and schedule, and one rank of a `torch.distributed` group (gloo on CPU, NCCL on GPU) that the
+group sets up itself: rank 0 reports a free port on its node, every rank joins it. DDP wraps
+the policy when there is more than one rank. The driver calls the ranks directly:
+
+- `train(shard)`: the GRPO updates of this rank's shard (`rlrun.policy_update.train_on_shard`);
+  returns this rank's metrics;
+- `publish(version)` (rank 0): the weights for the object-store sync, put by this rank;
+- `save(path, state)` / `export(path)`: every rank writes its part of a checkpoint.
+
+These are plain Ray actors rather than a Ray Train job because the driver has to call into the
+ranks step by step (train, then sync weights with the rollout actors as a pair), which a
+`TorchTrainer.fit()` loop does not allow; the group does what Ray Train did for it (gang
+placement, the process group, restarts from the latest checkpoint up to
+`learner.max_failures`, checkpoints on local disk or s3://).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-from dataclasses import asdict
+import datetime
+import socket
+import time
 from typing import Any
 
 import ray
-import ray.train
 import torch
-from ray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from ray.train.torch import TorchConfig, TorchTrainer
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from actors.coordinator import NAME as COORDINATOR
+from actors.pool import first_line
 from rlrun import checkpoint
-from rlrun.cluster import TRAIN_WORKER_RUNTIME_ENV
-from rlrun.config import Config, from_dict, to_dict
-from rlrun.weights import make_sender
+from rlrun.batching import Shard
+from rlrun.config import Config
+from rlrun.step import merge_rank_metrics
+from rlrun.weights import WeightUpdate, make_sender
 
 
-def train_loop(config: dict[str, Any]) -> None:
-    from rlrun.models import load_causal_lm, load_tokenizer
-    from rlrun.policy_update import train_on_shard, warmup_schedule
+class LearnerFailed(RuntimeError):
+    """A learner rank died or missed its deadline; the group must restart from a checkpoint."""
 
-    cfg = from_dict(config["cfg"])
-    model_path = config["model_path"]
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    coordinator = ray.get_actor(COORDINATOR, namespace=cfg.run.namespace)
-    torch.manual_seed(cfg.run.seed + rank)
 
-    model = load_causal_lm(model_path, cfg.model.dtype)
-    tokenizer = load_tokenizer(model_path)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=cfg.learner.lr, weight_decay=cfg.learner.weight_decay
-    )
-    scheduler = warmup_schedule(optimizer, cfg.learner.warmup_steps)
-    state = checkpoint.TrainState()
-    restored = ray.train.get_checkpoint()
-    if restored is not None:
-        with restored.as_directory() as path:
-            state = checkpoint.load_into(path, model, optimizer, scheduler)
-    ref_model = load_causal_lm(model_path, cfg.model.dtype) if cfg.algo.kl_coef > 0 else None
-    device = ray.train.torch.get_device()
-    if ref_model is not None:
-        ref_model.to(device).requires_grad_(False)
-    policy = ray.train.torch.prepare_model(model)  # DDP when world > 1; `model` stays unwrapped
-    sender = make_sender("object_store", owner=coordinator)
-    if rank == 0:
-        # Publish even on a fresh start: after a worker failure that came before any checkpoint
-        # was recorded, the rollout actors hold newer weights than the ones this rank restarts
-        # from.
-        update = sender.publish(state.version, model.state_dict())
-        ray.get(coordinator.attach.remote(asdict(state), update))
+@ray.remote
+class LearnerWorker:
+    """One learner rank; see the module docstring."""
 
-    step, saved = state.step, True
-    while (shard := ray.get(coordinator.get_shard.remote(rank, step))) is not None:
-        metrics = train_on_shard(
-            policy, optimizer, scheduler, shard, cfg, tokenizer.pad_token_id,
-            world_size=world, ref_model=ref_model, device=device,
+    def __init__(self, cfg: Config, model_path: str, rank: int, world: int) -> None:
+        self.cfg, self.model_path, self.rank, self.world = cfg, model_path, rank, world
+
+    def ping(self) -> bool:
+        return True
+
+    def rendezvous(self) -> tuple[str, int]:
+        """An address and a free port on this node for the process group (asked of rank 0)."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return ray.util.get_node_ip_address(), s.getsockname()[1]
+
+    def setup(self, address: str, port: int, restore: str | None) -> checkpoint.TrainState:
+        """Join the process group, build the policy and optimizer, restore `restore` if given."""
+        import torch.distributed as dist
+
+        from rlrun.models import load_causal_lm, load_tokenizer
+        from rlrun.policy_update import warmup_schedule
+
+        cfg = self.cfg
+        gpu = cfg.learner.num_gpus > 0
+        dist.init_process_group(
+            "nccl" if gpu else "gloo", init_method=f"tcp://{address}:{port}",
+            rank=self.rank, world_size=self.world,
+            timeout=datetime.timedelta(seconds=cfg.learner.timeout_s),
         )
-        state = checkpoint.TrainState(
-            step=step + 1, version=step + 1, data_position=shard.data_position,
-            bad_steps=state.bad_steps + int(metrics["train/bad_steps"]),
+        self.device = torch.device("cuda", 0) if gpu else torch.device("cpu")
+        torch.manual_seed(cfg.run.seed + self.rank)
+        model = load_causal_lm(self.model_path, cfg.model.dtype).to(self.device)
+        self.model = model
+        self.tokenizer = load_tokenizer(self.model_path)
+        self.ref_model = None
+        if cfg.algo.kl_coef > 0:
+            self.ref_model = load_causal_lm(self.model_path, cfg.model.dtype).to(self.device)
+            self.ref_model.requires_grad_(False)
+        if self.world > 1:
+            ids = [0] if gpu else None
+            self.policy = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        else:
+            self.policy = model
+        # Built after the model is on its device, so restored optimizer state lands there too.
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=cfg.learner.lr, weight_decay=cfg.learner.weight_decay
         )
-        update = sender.publish(state.version, model.state_dict()) if rank == 0 else None
-        ray.get(coordinator.finish.remote(rank, step, metrics, update))
-        if shard.checkpoint:
-            _save(metrics, state, model, tokenizer, optimizer, scheduler)
-        saved, step = shard.checkpoint, step + 1
-    if not saved:
-        # The final (or SIGTERM-requested) stop: every rank sees None at the same step.
-        _save({}, state, model, tokenizer, optimizer, scheduler)
+        self.scheduler = warmup_schedule(self.optimizer, cfg.learner.warmup_steps)
+        if restore is None:
+            return checkpoint.TrainState()
+        with checkpoint.readable(restore) as path:
+            return checkpoint.load_shards(path, self.policy, self.optimizer, self.scheduler,
+                                          self.rank)
 
+    def train(self, shard: Shard) -> dict[str, float]:
+        from rlrun.policy_update import train_on_shard
 
-def _save(
-    metrics: dict[str, float], state: checkpoint.TrainState, model: torch.nn.Module,
-    tokenizer: Any, optimizer: torch.optim.Optimizer, scheduler: Any,
-) -> None:
-    """Report a checkpoint to Ray Train from rank 0; every rank calls this (it is a barrier).
-
-    Only checkpoint steps report: each report waits for Ray Train's controller poll (2 s by
-    default), and metrics reach the driver through the coordinator anyway.
-    """
-    if ray.train.get_context().get_world_rank() != 0:
-        ray.train.report(metrics)
-        return
-    with tempfile.TemporaryDirectory() as path:
-        checkpoint.save(path, model, tokenizer, optimizer, scheduler, state)
-        ray.train.report(
-            metrics,
-            checkpoint=Checkpoint.from_directory(path),
-            checkpoint_dir_name=checkpoint.checkpoint_dir_name(state.step),
+        return train_on_shard(
+            self.policy, self.optimizer, self.scheduler, shard, self.cfg,
+            self.tokenizer.pad_token_id, world_size=self.world, ref_model=self.ref_model,
+            device=self.device,
         )
 
+    def publish(self, version: int) -> WeightUpdate:
+        """Rank 0: the current weights as object-store update `version`, owned by this rank."""
+        return make_sender("object_store").publish(version, self.model.state_dict())
 
-def make_trainer(cfg: Config, model_path: str) -> TorchTrainer:
-    """The learner job for `cfg`, storing checkpoints under `run.output_dir`."""
-    learner = cfg.learner
-    use_gpu = learner.num_gpus > 0
-    resources = {"CPU": learner.num_cpus} | ({"GPU": learner.num_gpus} if use_gpu else {})
-    return TorchTrainer(
-        train_loop,
-        train_loop_config={"cfg": to_dict(cfg), "model_path": model_path},
-        scaling_config=ScalingConfig(
-            num_workers=learner.num_workers, use_gpu=use_gpu, resources_per_worker=resources
-        ),
-        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
-        run_config=RunConfig(
-            name=checkpoint.LEARNER_DIR,
-            storage_path=storage_path(cfg.run.output_dir),
-            failure_config=FailureConfig(max_failures=learner.max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=cfg.trainer.keep_checkpoints),
-            worker_runtime_env=TRAIN_WORKER_RUNTIME_ENV,
-        ),
-    )
+    def save(self, path: str, state: checkpoint.TrainState) -> None:
+        """Every rank: write this rank's part of the checkpoint at `path`."""
+        with checkpoint.writable(path) as local:
+            checkpoint.save_shards(local, self.policy, self.optimizer, self.rank)
+            checkpoint.export_hf(local / "model", self.policy, self.tokenizer, self.rank)
+            if self.rank == 0:
+                checkpoint.save_state(local, state, self.scheduler)
+
+    def export(self, path: str) -> None:
+        """Every rank: the current policy as a Hugging Face model directory at `path`."""
+        with checkpoint.writable(path) as local:
+            checkpoint.export_hf(local, self.policy, self.tokenizer, self.rank)
 
 
-def storage_path(output_dir: str) -> str:
-    """Ray Train needs an absolute local path or a URI (s3://...)."""
-    return output_dir if "://" in output_dir else os.path.abspath(output_dir)
+class LearnerGroup:
+    """`learner.num_workers` ranks on `placement_group` (bundle r holds rank r)."""
+
+    def __init__(self, cfg: Config, model_path: str, placement_group: Any, prefix: str) -> None:
+        self.cfg, self.model_path = cfg, model_path
+        self.placement_group, self.prefix = placement_group, prefix
+        self.workers: list[Any] = []
+        self.starts = 0
+
+    def start(self) -> checkpoint.TrainState:
+        """Start the ranks from the latest checkpoint under `run.output_dir` (none: fresh)."""
+        cfg, world = self.cfg, self.cfg.learner.num_workers
+        resources = {"num_gpus": cfg.learner.num_gpus} if cfg.learner.num_gpus else {}
+        suffix = f".{self.starts}" if self.starts else ""
+        self.workers = [
+            # A second thread answers `ping` while a step runs.
+            LearnerWorker.options(
+                name=f"{self.prefix}.learner-{rank}{suffix}", num_cpus=cfg.learner.num_cpus,
+                max_concurrency=2,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self.placement_group, placement_group_bundle_index=rank
+                ),
+                **resources,
+            ).remote(cfg, self.model_path, rank, world)
+            for rank in range(world)
+        ]
+        self.starts += 1
+        address, port = self._get(self.workers[0].rendezvous.remote(), "rendezvous")
+        restore = checkpoint.latest_checkpoint(cfg.run.output_dir)
+        states = self._all([w.setup.remote(address, port, restore) for w in self.workers],
+                           "setup")
+        return states[0]
+
+    def restart(self) -> checkpoint.TrainState:
+        """Kill every rank and start again from the latest checkpoint."""
+        self.shutdown()
+        return self.start()
+
+    def train(self, shards: list[Shard]) -> dict[str, float]:
+        """Every rank trains on its shard; the step's merged metrics."""
+        per_rank = self._all(
+            [w.train.remote(s) for w, s in zip(self.workers, shards, strict=True)], "train"
+        )
+        return merge_rank_metrics(per_rank)
+
+    def publish(self, version: int) -> WeightUpdate:
+        return self._get(self.workers[0].publish.remote(version), "publish")
+
+    def save(self, state: checkpoint.TrainState) -> None:
+        """Write the checkpoint of `state.step` on every rank, then record it as complete."""
+        cfg = self.cfg
+        path = checkpoint.join(cfg.run.output_dir, checkpoint.LEARNER_DIR,
+                               checkpoint.checkpoint_dir_name(state.step))
+        self._all([w.save.remote(path, state) for w in self.workers], "save")
+        checkpoint.record(cfg.run.output_dir, state.step, cfg.trainer.keep_checkpoints)
+
+    def export(self, path: str) -> None:
+        self._all([w.export.remote(path) for w in self.workers], "export")
+
+    def _get(self, ref: Any, phase: str) -> Any:
+        return self._all([ref], phase)[0]
+
+    def _all(self, refs: list[Any], phase: str) -> list[Any]:
+        """The results of one call per rank, within `learner.timeout_s`. A rank that dies or
+        is late becomes LearnerFailed at once: its peers may be blocked in a collective with
+        it, so waiting for them would hang."""
+        timeout = self.cfg.learner.timeout_s
+        deadline = time.monotonic() + timeout
+        pending = list(refs)
+        while pending:
+            wait_s = max(0.0, deadline - time.monotonic())
+            ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
+            if not ready:
+                late = [r for r, ref in enumerate(refs) if ref in pending]
+                raise LearnerFailed(
+                    f"learner rank(s) {late} did not finish {phase} within {timeout:g}s "
+                    "(learner.timeout_s)"
+                )
+            try:
+                ray.get(ready[0], timeout=0)  # ready: this only raises what the call raised
+            except RayActorError as err:
+                rank = refs.index(ready[0])
+                raise LearnerFailed(
+                    f"learner rank {rank} died during {phase}: {first_line(err)}"
+                ) from None
+            except RayError as err:
+                # A rank's death also fails its peers' collectives: that is a fault, not a bug.
+                dead = self._dead()
+                if dead:
+                    raise LearnerFailed(
+                        f"learner rank(s) {dead} died during {phase}: {first_line(err)}"
+                    ) from None
+                raise
+        return ray.get(refs, timeout=0)  # all ready
+
+    def _dead(self) -> list[int]:
+        """Ranks that no longer answer."""
+        pings = [w.ping.remote() for w in self.workers]
+        ray.wait(pings, num_returns=len(pings), timeout=10.0)
+        dead = []
+        for rank, ref in enumerate(pings):
+            try:
+                ray.get(ref, timeout=0)
+            except (RayError, GetTimeoutError):
+                dead.append(rank)
+        return dead
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            ray.kill(worker, no_restart=True)
+        self.workers = []
+

@@ -26,7 +26,7 @@ HEADING = "## Rewards: GSM8K answer extraction"
 
 
 def _sample(problem: Problem, text: str) -> Sample:
-    return Sample(problem.id, 0, [], [], text, [], 0, "stop")
+    return Sample([], [], text, [], "stop", problem_id=problem.id)
 
 
 def _run(

@@ -49,7 +49,7 @@ def time_engine(path: str) -> tuple[float, int]:
     start = time.perf_counter()
     groups = engine.generate(prompts(), sampling)
     elapsed = time.perf_counter() - start
-    return elapsed, sum(len(c.token_ids) for g in groups for c in g)
+    return elapsed, sum(len(c.response_ids) for g in groups for c in g)
 
 
 def time_generate(path: str) -> tuple[float, int]:

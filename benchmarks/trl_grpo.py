@@ -156,9 +156,9 @@ def rlrun_reward_fn(cfg: Config, problems: list[Problem], eos_ids: set[int], tim
         batch = [problems[i] for i in problem_index]
         samples = [
             Sample(
-                problem_id=p.id, group_id=k // cfg.algo.group_size, prompt_ids=[],
-                response_ids=list(ids), response_text=text, logprobs=[], weight_version=0,
+                prompt_ids=[], response_ids=list(ids), response_text=text, behaviour_logprobs=[],
                 finish_reason="length" if len(ids) >= limit and ids[-1] not in eos_ids else "stop",
+                problem_id=p.id, group_id=k // cfg.algo.group_size,
             )
             for k, (p, text, ids) in enumerate(zip(batch, completions, completion_ids, strict=True))
         ]

@@ -157,7 +157,7 @@ def run_rlrun(cfg: Config, model_path: str, run_out: Path) -> dict[str, Any]:
     keys = ("perf/time_generate", "perf/time_reward", "perf/time_rollout", "perf/time_train",
             "perf/time_sync")
     return {
-        "model_path": str(final / "model"),
+        "model_path": str(Path(final) / "model"),
         "steps": summary["steps"],
         "samples": int(sum(r["train/samples"] for r in rows)),
         "tokens": int(sum(r["train/samples"] * r["response/len_mean"] for r in rows)),
@@ -202,13 +202,13 @@ def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats:
                                           seed=cfg.run.seed)
     gen = torch.Generator().manual_seed(cfg.run.seed)
     samples = [
-        TrainSample(c.prompt_ids, c.token_ids, c.logprobs, float(torch.randn(1, generator=gen)))
-        for group in engine.generate(prompts, sampling) for c in group
+        TrainSample(s.prompt_ids, s.response_ids, s.behaviour_logprobs,
+                    float(torch.randn(1, generator=gen)))
+        for group in engine.generate(prompts, sampling) for s in group
     ]
     shard = make_shards(
         samples, step=0, world_size=1, epochs=algo.epochs, mini_batches=algo.mini_batches,
-        max_len=cfg.rollout.sampling.max_new_tokens, seed=cfg.run.seed, data_position=0,
-        version=0,
+        max_len=cfg.rollout.sampling.max_new_tokens, seed=cfg.run.seed,
     )[0]
     model = engine.model
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learner.lr,

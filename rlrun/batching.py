@@ -1,7 +1,7 @@
 """From scored groups of completions to the per-rank shards a learner step consumes.
 
-The coordinator collects groups (the G scored completions of one prompt), drops groups that
-are too stale for `algo.max_staleness`, computes group advantages, and cuts the batch into
+A step (`rlrun.step`) collects groups (the G scored completions of one prompt), drops groups
+that are too stale for `algo.max_staleness`, computes group advantages, and cuts the batch into
 `algo.epochs * algo.mini_batches` optimizer updates, each split into `learner.num_workers`
 equal, contiguous rank shares. The loss normaliser of every update is computed over the whole
 update (all ranks), so the per-rank losses add up to the global loss whatever the world size.
@@ -61,11 +61,7 @@ class Update:
 class Shard:
     """Everything one learner rank trains on in one step."""
 
-    step: int
     updates: list[Update]  # epochs * mini_batches, in order
-    data_position: int  # DataOrder position after this step's prompts were drawn
-    version: int  # weight version the learner holds when it starts this step
-    checkpoint: bool = False  # save a checkpoint after this step
 
 
 def rewards_tensor(groups: list[Group]) -> torch.Tensor:
@@ -116,7 +112,7 @@ def to_train_samples(
                 TrainSample(
                     prompt_ids=list(s.sample.prompt_ids),
                     response_ids=list(s.sample.response_ids),
-                    behaviour_logprobs=list(s.sample.logprobs),
+                    behaviour_logprobs=list(s.sample.behaviour_logprobs),
                     advantage=float(a),
                 )
             )
@@ -132,9 +128,6 @@ def make_shards(
     mini_batches: int,
     max_len: int,
     seed: int,
-    data_position: int,
-    version: int,
-    checkpoint: bool = False,
 ) -> list[Shard]:
     """Cut `samples` into `epochs * mini_batches` updates, each into `world_size` rank shares.
 
@@ -144,9 +137,7 @@ def make_shards(
     """
     lengths = torch.tensor([len(s.response_ids) for s in samples])  # [N]
     mask = torch.arange(int(lengths.max()) if len(samples) else 0) < lengths[:, None]  # [N, L]
-    shards = [
-        Shard(step, [], data_position, version, checkpoint) for _ in range(world_size)
-    ]
+    shards = [Shard([]) for _ in range(world_size)]
     for epoch in range(epochs):
         plan = plan_minibatches(
             mask, mini_batches, world_size, max_len, seed=seed, step=step, epoch=epoch

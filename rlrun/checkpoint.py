@@ -1,22 +1,30 @@
-"""What a learner checkpoint holds, and how it is written to and read from a directory.
+"""What a learner checkpoint holds, how every rank writes and reads it, and which ones count.
 
-A checkpoint directory (one per saved step, written by Ray Train under
-`run.output_dir/learner/step_NNNNNN/`) holds:
+A checkpoint is one directory per saved step, `run.output_dir/learner/step_NNNNNN/`, holding
 
 - `model/`: the policy in Hugging Face format with its tokenizer (loadable by transformers and
   vLLM with `from_pretrained(".../model")`);
-- `optimizer.pt`: optimizer and learning-rate schedule state;
-- `rng.pt`: torch, numpy and Python RNG states of rank 0;
-- `state.json`: `TrainState` (step, weight version, data position, skipped steps).
+- `dcp/`: model and optimizer state written with `torch.distributed.checkpoint` by every rank
+  (each its own shards under FSDP2), so a run resumes on any number of ranks;
+- `rng/rank_R.pt`: each rank's torch (CPU and CUDA), numpy and Python RNG states;
+- `state.json`: `TrainState` (step, weight version, data position, skipped updates) and the
+  learning-rate schedule.
 
-Ray Train copies the directory to storage and only then records it in its run snapshot, so an
-interrupted save never becomes the checkpoint a resumed run starts from.
+`run.output_dir` may be a local directory or a URI (`s3://...`): ranks then write into a local
+scratch directory and upload it. A checkpoint counts only once the driver has listed it in
+`learner/checkpoints.json` (`record`), which happens after every rank has finished writing, so
+an interrupted save never becomes the checkpoint a resumed run starts from.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-LEARNER_DIR = "learner"  # Ray Train run name, i.e. the sub-directory of run.output_dir
-SNAPSHOT = "checkpoint_manager_snapshot.json"  # Ray Train's record of the saved checkpoints
+LEARNER_DIR = "learner"  # the sub-directory of run.output_dir that holds checkpoints
+RECORD = "checkpoints.json"  # the list of complete checkpoints, oldest first
 
 
 @dataclass
@@ -40,70 +48,179 @@ def checkpoint_dir_name(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def save(
-    path: str | Path,
-    model: torch.nn.Module,
-    tokenizer: Any,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    state: TrainState,
+def is_uri(path: str) -> bool:
+    return "://" in path
+
+
+def join(base: str, *parts: str) -> str:
+    """`base/part/...` for a local path or a URI."""
+    return "/".join([base.rstrip("/"), *parts]) if is_uri(base) else str(Path(base, *parts))
+
+
+def _fs(path: str) -> tuple[Any, str]:
+    import pyarrow.fs
+
+    uri = path if is_uri(path) else str(Path(path).resolve())
+    return pyarrow.fs.FileSystem.from_uri(uri)
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+@contextlib.contextmanager
+def writable(path: str) -> Iterator[Path]:
+    """A local directory to write checkpoint files into: `path` itself, or for a URI a scratch
+    directory uploaded to it on exit."""
+    if not is_uri(path):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        yield Path(path)
+        return
+    import pyarrow.fs
+
+    scratch = Path(tempfile.mkdtemp(prefix="rlrun-ckpt-"))
+    try:
+        yield scratch
+        fs, root = _fs(path)
+        pyarrow.fs.copy_files(str(scratch), root, destination_filesystem=fs)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def readable(path: str) -> Iterator[Path]:
+    """A local directory holding the checkpoint at `path` (downloaded first for a URI)."""
+    if not is_uri(path):
+        yield Path(path)
+        return
+    import pyarrow.fs
+
+    scratch = Path(tempfile.mkdtemp(prefix="rlrun-ckpt-"))
+    try:
+        fs, root = _fs(path)
+        pyarrow.fs.copy_files(root, str(scratch), source_filesystem=fs)
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def save_shards(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int
 ) -> None:
-    path = Path(path)
-    model.save_pretrained(path / "model", safe_serialization=True)
-    tokenizer.save_pretrained(path / "model")
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-               path / "optimizer.pt")
-    torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                "python": random.getstate()}, path / "rng.pt")
-    (path / "state.json").write_text(json.dumps(asdict(state), indent=2))
+    """Every rank: its part of the model and optimizer state, and its RNG states."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(path / "dcp"))
+    (path / "rng").mkdir(parents=True, exist_ok=True)
+    torch.save(_rng_state(), path / "rng" / f"rank_{rank}.pt")
+
+
+def save_state(path: Path, state: TrainState, scheduler: Any) -> None:
+    """Rank 0: the training position and the schedule."""
+    record = {"state": asdict(state), "scheduler": scheduler.state_dict()}
+    (path / "state.json").write_text(json.dumps(record, indent=2))
+
+
+def export_hf(path: Path, model: torch.nn.Module, tokenizer: Any, rank: int) -> None:
+    """Every rank: gather the full weights (a collective under FSDP2); rank 0 writes them with
+    the tokenizer as a Hugging Face model directory."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    full = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
+    if rank == 0:
+        unwrapped = getattr(model, "module", model)
+        unwrapped.save_pretrained(path, state_dict=full, safe_serialization=True)
+        tokenizer.save_pretrained(path)
+
+
+# ----------------------------------------------------------------------------- reading
 
 
 def load_state(path: str | Path) -> TrainState:
-    return TrainState(**json.loads((Path(path) / "state.json").read_text()))
+    return TrainState(**json.loads((Path(path) / "state.json").read_text())["state"])
 
 
-def load_into(
-    path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
+def load_shards(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+    rank: int,
 ) -> TrainState:
-    """Restore model weights, optimizer, schedule and RNG from `path`; return its TrainState."""
-    from safetensors.torch import load_file
+    """Every rank: restore model, optimizer, schedule and this rank's RNG from `path` (written
+    by any number of ranks); returns the TrainState."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    path = Path(path)
-    weights: dict[str, torch.Tensor] = {}
-    for part in sorted((path / "model").glob("*.safetensors")):  # large models save shards
-        weights.update(load_file(str(part)))
-    # Tied embeddings are saved once; strict=False lets the tied head keep pointing at them.
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if unexpected or any(not k.endswith("lm_head.weight") for k in missing):
-        raise ValueError(
-            f"checkpoint {path} does not match the model in model.path "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
-        )
-    opt = torch.load(path / "optimizer.pt", weights_only=False)
-    optimizer.load_state_dict(opt["optimizer"])
-    scheduler.load_state_dict(opt["scheduler"])
-    rng = torch.load(path / "rng.pt", weights_only=False)
-    torch.set_rng_state(rng["torch"])
-    np.random.set_state(rng["numpy"])
-    random.setstate(rng["python"])
-    return load_state(path)
+    model_state, optim_state = get_state_dict(model, optimizer)
+    saved = {"model": model_state, "optimizer": optim_state}
+    dcp.load(saved, checkpoint_id=str(path / "dcp"))
+    set_state_dict(model, optimizer, model_state_dict=saved["model"],
+                   optim_state_dict=saved["optimizer"])
+    record = json.loads((path / "state.json").read_text())
+    scheduler.load_state_dict(record["scheduler"])
+    rng = path / "rng" / f"rank_{rank}.pt"
+    # A rank that did not exist in the saved run starts from rank 0's streams.
+    _set_rng_state(torch.load(rng if rng.is_file() else path / "rng" / "rank_0.pt",
+                              weights_only=False))
+    return TrainState(**record["state"])
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+             "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ----------------------------------------------------------------------------- the record
+
+
+def _read_record(output_dir: str) -> list[str]:
+    import pyarrow.fs
+
+    fs, root = _fs(join(output_dir, LEARNER_DIR, RECORD))
+    if fs.get_file_info(root).type == pyarrow.fs.FileType.NotFound:
+        return []
+    with fs.open_input_stream(root) as f:
+        return list(json.loads(f.read().decode())["checkpoints"])
+
+
+def record(output_dir: str, step: int, keep: int) -> None:
+    """List the checkpoint of `step` as complete, and delete all but the newest `keep`."""
+    names = [n for n in _read_record(output_dir) if n != checkpoint_dir_name(step)]
+    names.append(checkpoint_dir_name(step))
+    dropped, names = names[:-keep], names[-keep:]
+    text = json.dumps({"checkpoints": names}, indent=2)
+    target = join(output_dir, LEARNER_DIR, RECORD)
+    if is_uri(output_dir):
+        fs, root = _fs(target)
+        with fs.open_output_stream(root) as f:  # one PUT: readers see the old or the new list
+            f.write(text.encode())
+    else:
+        scratch = f"{target}.tmp"
+        Path(scratch).write_text(text)
+        os.replace(scratch, target)
+    for name in dropped:
+        fs, root = _fs(join(output_dir, LEARNER_DIR, name))
+        fs.delete_dir(root)
 
 
 def has_checkpoints(output_dir: str) -> bool:
-    """Whether a previous run left Ray Train checkpoints in `output_dir` (local or s3://)."""
-    import pyarrow.fs
-
-    fs, root = pyarrow.fs.FileSystem.from_uri(_uri(output_dir))
-    info = fs.get_file_info(f"{root.rstrip('/')}/{LEARNER_DIR}/{SNAPSHOT}")
-    return info.type != pyarrow.fs.FileType.NotFound
+    """Whether a previous run left complete checkpoints in `output_dir` (local or URI)."""
+    return bool(_read_record(output_dir))
 
 
-def latest_checkpoint(output_dir: str) -> Path | None:
-    """The newest complete local checkpoint directory under `output_dir`, or None."""
-    root = Path(output_dir) / LEARNER_DIR
-    done = [p for p in root.glob("step_*") if (p / "state.json").is_file()]
-    return max(done, key=lambda p: load_state(p).step, default=None)
-
-
-def _uri(output_dir: str) -> str:
-    return output_dir if "://" in output_dir else str(Path(output_dir).resolve())
+def latest_checkpoint(output_dir: str) -> str | None:
+    """The newest complete checkpoint under `output_dir` (a local path or URI), or None."""
+    names = _read_record(output_dir)
+    return join(output_dir, LEARNER_DIR, names[-1]) if names else None

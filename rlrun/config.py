@@ -29,7 +29,7 @@ class RunConfig:
     seed: int = 0  # seeds data order, sampling and model init
     resume: bool = False  # continue from the latest checkpoint in output_dir
     ray_address: str | None = None  # null: start local Ray or join $RAY_ADDRESS; "auto": join a running cluster
-    namespace: str = "rlrun"  # Ray namespace the named actors live in
+    namespace: str = "rlrun"  # Ray namespace of the run's actors (named <run.name>-<tag>.<role>-<i>)
     num_cpus: int | None = None  # CPUs for a local Ray started by rlrun (null: all)
 
 
@@ -114,6 +114,7 @@ class RolloutConfig:
     gpu_memory_utilization: float = 0.5  # vLLM only
     tensor_parallel_size: int = 1  # vLLM only
     max_model_len: int | None = None  # vLLM only: max prompt+completion tokens (null: the model's)
+    timeout_s: float = 1800.0  # deadline of one generate or weight-load call; a later actor is replaced
 
 
 @dataclass
@@ -127,7 +128,8 @@ class LearnerConfig:
     grad_clip: float = 1.0  # max global grad norm (0: off)
     micro_batch_size: int = 16  # sequences per forward/backward (gradient accumulation below it)
     shared_prompt_forward: bool = True  # one row per prompt and its completions, not per completion
-    max_failures: int = 1  # Ray Train FailureConfig: restarts of the learner group
+    max_failures: int = 1  # restarts of the learner group from its latest checkpoint
+    timeout_s: float = 1800.0  # deadline of one call to the ranks (a step, a save); later is a failure
 
 
 @dataclass
@@ -157,6 +159,7 @@ class SandboxConfig:
     cpp_flags: list[str] = field(default_factory=lambda: ["-std=c++17", "-O2"])  # C++ flags
     compile_time_limit_s: float = 30.0  # wall-clock limit of one C++ compile
     compile_memory_limit_mb: int = 2048  # address-space limit of one C++ compile
+    timeout_s: float = 900.0  # deadline of one actor's chunk of submissions; a later actor is replaced
 
 
 @dataclass
@@ -185,10 +188,6 @@ class RewardConfig:
     compile_error_reward: float = 0.0  # reward on a compile error (CodeFu: -0.5)
     fns: list[RewardFnConfig] = field(default_factory=lambda: [RewardFnConfig()])
     shaping: ShapingConfig = field(default_factory=ShapingConfig)
-    timeout_s: float = 60.0  # per-sample reward timeout
-    max_concurrency: int = 64  # reward tasks in flight
-    num_workers: int = 1  # reward actors (rlrun.rewards.remote.RewardWorkers)
-    num_cpus: float = 1.0  # CPUs per reward actor
     audit_before_training: bool = False  # run check-rewards on a sample before step 0
     audit_limit: int = 64  # problems the pre-training audit uses
     audit_min_pass_rate: float = 0.95  # reference pass rate under which the audit fails
@@ -288,7 +287,7 @@ POSITIVE: tuple[str, ...] = (
     "learner.num_workers", "learner.micro_batch_size", "sandbox.num_actors",
     "sandbox.workers_per_actor", "sandbox.time_limit_s", "sandbox.memory_limit_mb",
     "trainer.steps", "trainer.eval_samples", "algo.is_cap", "sft.batch_size",
-    "trainer.keep_checkpoints",
+    "trainer.keep_checkpoints", "rollout.timeout_s", "learner.timeout_s", "sandbox.timeout_s",
 )
 NON_NEGATIVE: tuple[str, ...] = (
     "algo.max_staleness", "algo.clip_low", "algo.clip_high", "algo.kl_coef",

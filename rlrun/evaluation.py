@@ -37,7 +37,7 @@ class Outcome(NamedTuple):
     reward: float
 
 
-# generate(prompts, n, greedy) -> n completions per prompt (str or rlrun.engines.Completion)
+# generate(prompts, n, greedy) -> n completions per prompt (str or rlrun.records.Sample)
 GenerateFn = Callable[[list[str], int, bool], list[list[Any]]]
 # score(problems, completions) -> one Outcome per completion, same nesting
 ScoreFn = Callable[[list[Problem], list[list[Any]]], list[list[Outcome]]]
@@ -160,7 +160,7 @@ def aggregate(results: Sequence[ProblemResult], k_list: Sequence[int]) -> dict[s
 
 
 def _text(completion: Any) -> str:
-    return completion if isinstance(completion, str) else completion.text
+    return completion if isinstance(completion, str) else completion.response_text
 
 
 def _check_shape(what: str, got: list[list[Any]], problems: int, n: int) -> None:
@@ -297,12 +297,8 @@ def reward_scorer(reward: Any, correct_component: str = "correctness") -> ScoreF
 
 def _as_sample(problem: Problem, completion: Any) -> Sample:
     if isinstance(completion, str):
-        return Sample(problem.id, 0, [], [], completion, [], 0, "stop")
-    finish = "length" if completion.finish_reason == "length" else "stop"
-    return Sample(
-        problem.id, 0, list(completion.prompt_ids), list(completion.token_ids),
-        completion.text, list(completion.logprobs), 0, finish,
-    )
+        return Sample([], [], completion, [], "stop", problem_id=problem.id)
+    return replace(completion, problem_id=problem.id)
 
 
 def compare(

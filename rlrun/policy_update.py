@@ -38,7 +38,7 @@ class TensorBatch:
     position_ids: Tensor | None  # [R, T] (shared-prompt; plain rows count from 0)
     rows: Tensor  # [N], the row holding sample i
     response_index: Tensor  # [N, L], position in its row whose logits predict response token j
-    targets: Tensor  # [N, L], response token ids
+    response_ids: Tensor  # [N, L], the sampled tokens, pad past each response
     mask: Tensor  # [N, L], 1 on real response tokens
     behaviour_logprobs: Tensor  # [N, L]
     advantages: Tensor  # [N]
@@ -58,12 +58,12 @@ def collate(
     n = len(samples)
     resp_len = max(max(len(s.response_ids) for s in samples), 1)
     index = torch.zeros((n, resp_len), dtype=torch.long)  # [N, L]
-    targets = torch.full((n, resp_len), pad_id, dtype=torch.long)  # [N, L]
+    response_ids = torch.full((n, resp_len), pad_id, dtype=torch.long)  # [N, L]
     mask = torch.zeros((n, resp_len))  # [N, L]
     behaviour = torch.zeros((n, resp_len))  # [N, L]
     for i, s in enumerate(samples):
         r = len(s.response_ids)
-        targets[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
+        response_ids[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
         mask[i, :r] = 1.0
         behaviour[i, :r] = torch.tensor(s.behaviour_logprobs[:r])
     if share_prompts:
@@ -76,7 +76,7 @@ def collate(
         input_ids.to(device),
         attention.to(device),
         None if positions is None else positions.to(device),
-        *(t.to(device) for t in (rows, index, targets, mask, behaviour, advantages)),
+        *(t.to(device) for t in (rows, index, response_ids, mask, behaviour, advantages)),
     )
 
 
@@ -159,7 +159,7 @@ def response_logprobs(
     ).logits  # [R, T, V]
     picked = logits[batch.rows.unsqueeze(-1), batch.response_index].float()  # [N, L, V]
     logp_all = torch.log_softmax(picked / temperature, dim=-1)  # [N, L, V]
-    logp = torch.gather(logp_all, 2, batch.targets.unsqueeze(-1)).squeeze(-1)  # [N, L]
+    logp = torch.gather(logp_all, 2, batch.response_ids.unsqueeze(-1)).squeeze(-1)  # [N, L]
     entropy = None
     if with_entropy:
         entropy = -(logp_all.exp() * logp_all).sum(-1)  # [N, L]

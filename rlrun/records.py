@@ -146,17 +146,21 @@ class JudgeResult:
 
 @dataclass
 class Sample:
-    """One completion produced by a rollout engine."""
+    """One completion, from the rollout engine that produced it to the learner that trains on it.
 
-    problem_id: str
-    group_id: int
+    The engine fills in everything but `problem_id` and `group_id`, which the training step
+    attaches when it groups completions by the prompt they answer.
+    """
+
     prompt_ids: list[int]
-    response_ids: list[int]
-    response_text: str
-    # Log-probability of each response token under the behaviour policy, [len(response_ids)].
-    logprobs: list[float]
-    weight_version: int
+    response_ids: list[int]  # [L], the generated tokens (an EOS that ended them included)
+    response_text: str  # decoded, without special tokens, cut before a stop string
+    # Log-probability of each response token under the policy that sampled it, [L].
+    behaviour_logprobs: list[float]
     finish_reason: Literal["stop", "length"]
+    weight_version: int = 0  # weight version of the engine that produced it
+    problem_id: str = ""
+    group_id: int = 0
 
 
 @dataclass

@@ -1,18 +1,22 @@
-"""`run_training(cfg)`: the driver of a GRPO run on Ray.
+"""`run_training(cfg)`: the driver of a GRPO run on Ray, and rlrun's one Ray-aware module.
 
 It runs, in order:
 
 1. checks that need no cluster: output directory vs `run.resume`, the dataset, the model path;
 2. `ray.init`: a local Ray, `run.ray_address`, or `$RAY_ADDRESS`, in namespace `run.namespace`
-   (an address that does not answer fails within seconds);
-3. placement: the cluster must hold every actor the config asks for (fails at once, naming the
-   config keys, instead of waiting on a placement group forever); the rollout actors get a
-   placement group of their own, the learner gets Ray Train's;
-4. actors: the coordinator (which starts the rollout actors and the sandbox pool) and the
-   learner (`TorchTrainer.fit` in a background thread; its ranks find the coordinator by name);
-5. the loop: one `Coordinator.step` per training step, validation every `trainer.eval_every`
-   steps, metrics to `MetricsLogger`; SIGTERM finishes the step in flight, checkpoints, exits;
-6. a summary: final metrics, validation before/after, where the checkpoint is.
+   (an address that does not answer fails within seconds); the optional SFT warm-start;
+3. placement: one placement group per actor group (rollout, learner, sandbox), each checked
+   against the cluster first, so a run that cannot fit fails at once naming the config keys
+   instead of waiting forever;
+4. actor groups, each on its placement group: the rollout actors, the sandbox actors (when the
+   data has code), the learner ranks (restored from the latest checkpoint on resume). Actor
+   names carry the run's name and a tag of its own, so runs sharing a cluster never collide;
+5. the loop, one step at a time: collect a scored batch (`rlrun.step`), train the learner on
+   it, load the new weights into the rollout actors, log. With `algo.max_staleness` > 0 the
+   next batch is collected while the learner trains. A learner rank that dies restarts the
+   learner from its latest checkpoint (up to `learner.max_failures` times) and the loop
+   rewinds to it; SIGTERM finishes the step in flight, checkpoints, and ends the run;
+6. a summary: final metrics, validation before and after, where the checkpoint is.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ import signal
 import sys
 import threading
 import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rlrun.checkpoint import has_checkpoints, latest_checkpoint
+from rlrun.checkpoint import TrainState, has_checkpoints, latest_checkpoint
 from rlrun.cluster import ClusterError, check_address, check_fits, demands
 from rlrun.config import Config, ConfigError, to_dict
 
@@ -67,50 +73,33 @@ def init_ray(cfg: Config) -> None:
         ray.init(num_cpus=cfg.run.num_cpus, namespace=cfg.run.namespace)
 
 
-def _place_rollouts(cfg: Config, needs_sandbox: bool) -> Any:
+def place(cfg: Config, roles: list[str], prefix: str) -> dict[str, Any]:
+    """One ready placement group per actor group in `roles` ({role: group}), bundle i for
+    actor i of the group."""
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    ds = demands(cfg, needs_sandbox)
+    wanted = [d for d in demands(cfg, "sandbox" in roles) if d.role in roles]
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    check_fits(ds, ray.cluster_resources(), nodes)
-    pg = placement_group(ds[0].bundles(), strategy="PACK", name="rlrun-rollout")
-    ready, _ = ray.wait([pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
-    if not ready:
-        remove_placement_group(pg)
+    check_fits(wanted, ray.cluster_resources(), nodes)
+    groups: dict[str, Any] = {}
+    for d in wanted:
+        # Sandbox actors spread over nodes; the rest pack, to keep their traffic local.
+        strategy = "SPREAD" if d.role == "sandbox" else "PACK"
+        groups[d.role] = placement_group(d.bundles(), strategy=strategy,
+                                         name=f"{prefix}.{d.role}")
+    refs = {groups[d.role].ready(): d for d in wanted}
+    _, late = ray.wait(list(refs), num_returns=len(refs), timeout=PLACEMENT_TIMEOUT_S)
+    if late:
+        for group in groups.values():
+            remove_placement_group(group)
+        d = refs[late[0]]
         raise ClusterError(
-            f"the rollout actors' placement group ({cfg.rollout.num_actors} x "
-            f"{ds[0].bundles()[0]}, from rollout.num_actors/num_cpus/num_gpus) was not placed "
-            f"within {PLACEMENT_TIMEOUT_S:g}s; the cluster has {ray.available_resources()} free "
-            "(other jobs may hold the rest)"
+            f"the {d.role} placement group ({d.count} x {d.bundles()[0]}, from {d.count_key} "
+            f"and {d.role}.num_cpus/num_gpus) was not placed within {PLACEMENT_TIMEOUT_S:g}s; "
+            f"the cluster has {ray.available_resources()} free (other jobs may hold the rest)"
         )
-    return pg
-
-
-class _Fit(threading.Thread):
-    """`TorchTrainer.fit()` in the background, keeping its result or error."""
-
-    def __init__(self, trainer: Any) -> None:
-        super().__init__(name="learner-fit", daemon=True)
-        self.trainer, self.result, self.error = trainer, None, None
-
-    def run(self) -> None:
-        try:
-            self.result = self.trainer.fit()
-        except BaseException as err:  # noqa: BLE001 - re-raised on the driver thread
-            self.error = err
-
-
-def _wait(ref: Any, fit: _Fit) -> Any:
-    """ray.get(ref), but fail at once if the learner job dies meanwhile."""
-    import ray
-
-    while True:
-        ready, _ = ray.wait([ref], timeout=1.0)
-        if ready:
-            return ray.get(ready[0])
-        if not fit.is_alive():
-            raise RuntimeError(f"the learner (Ray Train) stopped: {fit.error!r}") from fit.error
+    return groups
 
 
 def audit_rewards(cfg: Config, train: list, needs_sandbox: bool) -> None:
@@ -146,36 +135,22 @@ def warm_start(cfg: Config, model_path: str, train: list, val: list) -> str:
     return result.model_path
 
 
-def _track_best(
-    stopping: Any, version: int, val: dict[str, float], run_dir: str, coordinator: Any
-) -> bool:
-    """Feed one validation to early stopping; keep the best model in run_dir/best/model and
-    mark it in run_dir/best.json. Returns whether patience is used up."""
-    import ray
-
-    decision = stopping.update(version, val)
-    if decision.message:
-        print(f"rlrun train: early stopping: {decision.message}", flush=True)
-    if decision.improved:
-        saved = ray.get(coordinator.save_model.remote(os.path.join(run_dir, "best", "model")))
-        best = {"weight_version": saved, "metric": stopping.cfg.metric,
-                "value": decision.best_value, "model": os.path.join("best", "model")}
-        Path(run_dir, "best.json").write_text(json.dumps(best) + "\n")
-    return decision.stop
-
-
 def run_training(cfg: Config) -> dict[str, Any]:
     """Train as `cfg` says; returns the run summary (also printed)."""
-    import ray
     from ray.util.placement_group import remove_placement_group
 
-    from actors.coordinator import NAME, Coordinator
-    from actors.learner import make_trainer
+    from actors.learner import LearnerFailed, LearnerGroup
+    from actors.rollout import RolloutGroup
+    from actors.sandbox import SandboxPool
+    from rlrun import evaluation, step
     from rlrun.data import load_from_config
+    from rlrun.data.prompts import render_prompt
+    from rlrun.data_order import DataOrder
     from rlrun.metrics import MetricsLogger
     from rlrun.metrics.early_stopping import EarlyStopping
     from rlrun.metrics.health import HealthMonitor
-    from rlrun.models import resolve_model_path
+    from rlrun.models import load_tokenizer, resolve_model_path
+    from rlrun.rewards import build_reward
 
     started = time.time()
     # 1. fail early on what needs no cluster.
@@ -194,79 +169,174 @@ def run_training(cfg: Config) -> dict[str, Any]:
     init_ray(cfg)
     if cfg.sft.enabled:
         model_path = warm_start(cfg, model_path, train, val)
-    # 3. placement.
-    rollout_pg = _place_rollouts(cfg, needs_sandbox)
-    # 4. actors: the coordinator first, so learner ranks can find it by name.
-    coordinator = Coordinator.options(
-        name=NAME, namespace=cfg.run.namespace, num_cpus=0,
-        max_concurrency=8 + 2 * cfg.learner.num_workers,
-    ).remote(to_dict(cfg), model_path, train, rollout_pg)
-    fit = _Fit(make_trainer(cfg, model_path))
-    fit.start()
+    tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
 
+    def render(problem: Any) -> str:
+        return render_prompt(problem, cfg.data, tokenizer, chat=cfg.model.chat_template)
+
+    prompts = [render(p) for p in train]
+
+    # 3. placement: a placement group per actor group, checked against the cluster first.
+    prefix = f"{cfg.run.name}-{uuid.uuid4().hex[:6]}"
+    groups = place(cfg, ["rollout", "learner"] + (["sandbox"] if needs_sandbox else []), prefix)
+    rollouts = sandbox = learner = None
+    executor = ThreadPoolExecutor(1, thread_name_prefix="rollout")
     run_dir = run_dir_for(cfg)
     logger = MetricsLogger(cfg.metrics, run_dir, to_dict(cfg), total_steps=cfg.trainer.steps)
-    health = HealthMonitor.from_config(cfg)
-    stopping = EarlyStopping(cfg.trainer.early_stopping)
-    stop = threading.Event()
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        stop.set()
-        coordinator.request_stop.remote()
-
+    signalled = threading.Event()
     previous = None
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, on_sigterm)
-
-    # 5. the loop. Validation measures weight version v and is logged in row v (the row of the
-    # step that trains from version v), so row 0 holds the score before any update.
-    every = cfg.trainer.eval_every
-    val_first: dict[str, float] = {}
-    val_last: dict[str, float] = {}
-    last: dict[str, float] = {}
-    step, trained, loop_s = -1, 0.0, 0.0
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: signalled.set())
     try:
-        pending = _wait(coordinator.validate.remote(val), fit) if val else {}
+        # 4. actor groups, each on its own placement group.
+        rollouts = RolloutGroup(cfg, model_path, groups["rollout"], prefix)
+        if needs_sandbox:
+            sandbox = SandboxPool(cfg.sandbox, prefix, groups["sandbox"])
+        learner = LearnerGroup(cfg, model_path, groups["learner"], prefix)
+        state = learner.start()
+        if state.step:  # resumed: the rollout actors start from the restored weights
+            rollouts.load_weights(learner.publish(state.version))
+        reward = build_reward(cfg, sandbox.judge if sandbox else None)
+        order = DataOrder(len(train), cfg.run.seed, position=state.data_position)
+
+        def collect() -> step.Rollout:
+            """Steps 1-3 of the next batch: draw, generate on the rollout actors, score."""
+            return step.collect(train, prompts, order, rollouts.generate, reward.score, cfg,
+                                judges_code=needs_sandbox)
+
+        def validate() -> dict[str, float]:
+            """val/* of the rollout actors' current weights: greedy pass@1, sampled pass@k."""
+            result = evaluation.evaluate(
+                val,
+                evaluation.sampling_generate(rollouts.generate, cfg.rollout.sampling,
+                                             cfg.run.seed),
+                evaluation.reward_scorer(reward), k_list=cfg.trainer.eval_k,
+                samples=cfg.trainer.eval_samples, greedy=True, seed=cfg.run.seed,
+                render=render,
+                batch_size=max(1, cfg.rollout.batch_size // cfg.trainer.eval_samples),
+            )
+            return result.metrics("val")
+
+        # 5. the loop. Validation measures weight version v and is logged in row v (the row of
+        # the step that trains from version v), so row 0 holds the score before any update.
+        health = HealthMonitor.from_config(cfg)
+        stopping = EarlyStopping(cfg.trainer.early_stopping)
+        every, ckpt_every = cfg.trainer.eval_every, cfg.trainer.checkpoint_every
+        val_first: dict[str, float] = {}
+        val_last: dict[str, float] = {}
+        last: dict[str, float] = {}
+        trained, loop_s, failures, steps_run, saved = 0.0, 0.0, 0, 0, True
+        halt = False  # early stopping, the health monitor or too many bad steps said stop
+        prefetch: Future | None = None
+
+        def track_best(version: int, metrics: dict[str, float]) -> bool:
+            """Early stopping; keeps the best model in run_dir/best/model and best.json."""
+            decision = stopping.update(version, metrics)
+            if decision.message:
+                print(f"rlrun train: early stopping: {decision.message}", flush=True)
+            if decision.improved:
+                learner.export(os.path.join(run_dir, "best", "model"))
+                best = {"weight_version": version, "metric": stopping.cfg.metric,
+                        "value": decision.best_value, "model": os.path.join("best", "model")}
+                Path(run_dir, "best.json").write_text(json.dumps(best) + "\n")
+            return decision.stop
+
+        pending = validate() if val else {}
         if pending:
-            _track_best(stopping, 0, pending, run_dir, coordinator)
+            track_best(state.version, pending)
         val_first = val_last = pending
         loop_start = time.perf_counter()
-        while (result := _wait(coordinator.step.remote(), fit)) is not None:
-            step, metrics = result["step"], result["metrics"] | pending
-            trained += metrics.get("train/samples", 0.0)
-            logger.log(step, metrics)
-            logger.log_samples(step, result["samples"])
-            for warning in health.check(step, metrics):
+        while state.step < cfg.trainer.steps and not (halt or signalled.is_set()):
+            t0 = time.perf_counter()
+            # 1-3. draw, generate, score (collected during the previous step when overlapping).
+            rollout = prefetch.result() if prefetch else collect()
+            prefetch = None
+            t_rollout = time.perf_counter() - t0
+            # 4. advantages over the groups recent enough, one shard per learner rank.
+            batch = step.make_batch(rollout, state.version, state.step, cfg)
+            if cfg.algo.max_staleness > 0 and state.step + 1 < cfg.trainer.steps and not (
+                halt or signalled.is_set()
+            ):
+                prefetch = executor.submit(collect)
+            try:
+                # 5. learn: every rank trains on its shard ...
+                t1 = time.perf_counter()
+                learned = learner.train(batch.shards)
+                t_train = time.perf_counter() - t1
+                # 6. ... and the rollout actors load the weights it made: the pair of the step.
+                t2 = time.perf_counter()
+                rollouts.load_weights(learner.publish(state.step + 1))
+                t_sync = time.perf_counter() - t2
+                done = TrainState(
+                    step=state.step + 1, version=state.step + 1,
+                    data_position=rollout.data_position,
+                    bad_steps=state.bad_steps + int(learned.get("train/bad_steps", 0)),
+                )
+                saved = ckpt_every > 0 and done.step % ckpt_every == 0
+                if saved:
+                    learner.save(done)
+            except LearnerFailed as err:
+                if failures >= cfg.learner.max_failures:
+                    raise RuntimeError(
+                        f"{err}; the learner has failed {failures + 1} times "
+                        f"(learner.max_failures={cfg.learner.max_failures})"
+                    ) from None
+                failures += 1
+                print(f"rlrun train: {err}; restarting the learner from its latest checkpoint "
+                      f"({failures}/{cfg.learner.max_failures})", file=sys.stderr, flush=True)
+                if prefetch is not None:
+                    prefetch.result()  # let the draw finish before rewinding the data order
+                    prefetch = None
+                state, saved = learner.restart(), True
+                order.position = state.data_position
+                rollouts.load_weights(learner.publish(state.version))
+                continue
+            # 7. log.
+            timings = {"perf/time_rollout": t_rollout, "perf/time_train": t_train,
+                       "perf/time_sync": t_sync}
+            metrics = step.step_metrics(batch, rollout, learned, state.version, timings)
+            if sandbox is not None:
+                metrics["sandbox/recreated"] = float(sandbox.stats()["recreated"])
+            if done.bad_steps > cfg.trainer.max_bad_steps:
+                halt = True
+                metrics["train/stopped_bad_steps"] = float(done.bad_steps)
+            metrics |= pending
+            trained += metrics["train/samples"]
+            logger.log(state.step, metrics)
+            logger.log_samples(state.step, step.sample_rows(batch.groups, prompts))
+            for warning in health.check(state.step, metrics):
                 print(f"rlrun train: warning: {warning}", file=sys.stderr)
-            if health.should_stop:
-                coordinator.request_stop.remote()
-            last, pending, version = metrics, {}, step + 1
-            if val and every > 0 and version % every == 0 and version < cfg.trainer.steps:
-                pending = val_last = _wait(coordinator.validate.remote(val), fit)
-                if _track_best(stopping, version, val_last, run_dir, coordinator):
-                    coordinator.request_stop.remote()
+            halt = halt or health.should_stop
+            last, pending, state = metrics, {}, done
+            steps_run += 1
+            if val and every > 0 and state.version % every == 0 and \
+                    state.version < cfg.trainer.steps:
+                pending = val_last = validate()
+                halt = halt or track_best(state.version, val_last)
         loop_s = time.perf_counter() - loop_start
-        if val and step >= 0 and not stop.is_set():
-            val_last = _wait(coordinator.validate.remote(val), fit)
-            logger.log(step + 1, val_last)
-            _track_best(stopping, step + 1, val_last, run_dir, coordinator)
-        versions = ray.get(coordinator.rollout_versions.remote())
-        restarts = ray.get(coordinator.rollout_restarts.remote())
-        fit.join()
-        if fit.error is not None:
-            raise RuntimeError(f"the learner (Ray Train) failed: {fit.error}") from fit.error
+        if not saved:  # the final (or SIGTERM-requested) stop
+            learner.save(state)
+        if val and steps_run and not signalled.is_set():
+            val_last = validate()
+            logger.log(state.step, val_last)
+            track_best(state.version, val_last)
+        versions = rollouts.versions()
+        restarts = rollouts.restarts
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         logger.close()
-        ray.get(coordinator.shutdown.remote())
-        ray.kill(coordinator)
-        remove_placement_group(rollout_pg)
+        executor.shutdown(wait=True, cancel_futures=True)
+        for group in (learner, rollouts, sandbox):
+            if group is not None:
+                group.shutdown()
+        for placement in groups.values():
+            remove_placement_group(placement)
 
     # 6. summary.
     summary: dict[str, Any] = {
-        "steps": step + 1,
-        "stopped_by_signal": stop.is_set(),
+        "steps": state.step,
+        "stopped_by_signal": signalled.is_set(),
         "wall_s": round(time.time() - started, 1),
         # Trained samples per second of the step loop (validation inside it included).
         "samples_per_s": trained / loop_s if loop_s > 0 else 0.0,
@@ -276,6 +346,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
         "weight_version": versions[0] if versions else None,
         "rollout_versions": versions,
         "rollout_restarts": restarts,
+        "learner_restarts": failures,
         "run_dir": run_dir,
         "model_path": model_path,
         "checkpoint": str(latest_checkpoint(cfg.run.output_dir) or cfg.run.output_dir),
@@ -311,7 +382,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  val after:  {fmt(summary['val_final'])}",
         f"  reward (last step): {summary['final'].get('reward/mean', float('nan')):.4g}",
         f"  weight version: {summary['weight_version']}  rollout restarts: "
-        f"{summary['rollout_restarts']}",
+        f"{summary['rollout_restarts']}  learner restarts: {summary['learner_restarts']}",
         f"  checkpoint: {summary['checkpoint']}",
         f"  run dir: {summary['run_dir']}",
     ]

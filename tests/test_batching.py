@@ -8,8 +8,8 @@ from rlrun.records import Sample, ScoredSample
 def group(index: int, rewards: list[float], version: int = 0, length: int = 3) -> batching.Group:
     scored = [
         ScoredSample(
-            Sample(f"p{index}", index, [1, 2], [5] * (length + j), "x", [-1.0] * (length + j),
-                   version, "stop"),
+            Sample([1, 2], [5] * (length + j), "x", [-1.0] * (length + j), "stop", version,
+                   problem_id=f"p{index}", group_id=index),
             reward=r,
             components={"correctness": r},
         )
@@ -52,8 +52,7 @@ def test_negative_advantages_are_damped_after_the_group_baseline():
 def test_shards_are_the_same_global_updates_for_any_world_size(mini_batches):
     groups = [group(i, [0.0, 1.0, 0.5, 0.25], length=i + 1) for i in range(4)]
     samples = batching.to_train_samples(groups, "group")
-    common = dict(step=3, epochs=2, mini_batches=mini_batches, max_len=16, seed=0,
-                  data_position=8, version=3)
+    common = dict(step=3, epochs=2, mini_batches=mini_batches, max_len=16, seed=0)
     one = batching.make_shards(samples, world_size=1, **common)
     two = batching.make_shards(samples, world_size=2, **common)
     assert len(one[0].updates) == len(two[0].updates) == 2 * mini_batches
@@ -65,14 +64,13 @@ def test_shards_are_the_same_global_updates_for_any_world_size(mini_batches):
         assert halves[0].norm == halves[1].norm == whole.norm
         assert whole.norm.total_tokens == sum(len(s.response_ids) for s in whole.samples)
         assert whole.norm.total_seqs == 16 // mini_batches
-    assert all(s.data_position == 8 and s.step == 3 for s in two)
 
 
 def test_shards_reject_a_batch_that_does_not_split():
     samples = batching.to_train_samples([group(0, [0.0, 1.0, 1.0])], "none")
     with pytest.raises(ValueError, match="learner.num_workers"):
         batching.make_shards(samples, step=0, world_size=2, epochs=1, mini_batches=1,
-                             max_len=4, seed=0, data_position=0, version=0)
+                             max_len=4, seed=0)
 
 
 def test_batch_metrics_report_staleness_and_accuracy():

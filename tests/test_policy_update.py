@@ -21,7 +21,7 @@ def shard(advantages: list[float], cfg) -> batching.Shard:
     ]
     return batching.make_shards(
         samples, step=0, world_size=1, epochs=cfg.algo.epochs, mini_batches=cfg.algo.mini_batches,
-        max_len=8, seed=0, data_position=0, version=0,
+        max_len=8, seed=0,
     )[0]
 
 
@@ -149,7 +149,7 @@ def test_shared_prompt_rows_hold_each_prompt_once(tiny_path):
     # 9-token responses fit in one, so its five take three rows; the other prompts take one each.
     assert batch.input_ids.shape[0] == 5
     assert batch.attention_mask.shape == (5, 1, batch.input_ids.shape[1], batch.input_ids.shape[1])
-    torch.testing.assert_close(batch.targets, plain.targets)
+    torch.testing.assert_close(batch.response_ids, plain.response_ids)
     torch.testing.assert_close(batch.mask, plain.mask)
 
 
@@ -175,7 +175,6 @@ def test_shared_prompt_forward_takes_the_same_step(tiny_path, share):
     pad = load_tokenizer(tiny_path).pad_token_id
     work = batching.make_shards(
         SHARED, step=0, world_size=1, epochs=2, mini_batches=2, max_len=9, seed=0,
-        data_position=0, version=0,
     )[0]
     start = load_causal_lm(tiny_path).state_dict()
     models = []

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from rlrun.checkpoint import LEARNER_DIR, SNAPSHOT, load_state
+from rlrun.checkpoint import LEARNER_DIR, RECORD, load_state
 from rlrun.config import load_config
 from rlrun.data import load_from_config
 from rlrun.data_order import DataOrder
@@ -65,10 +65,10 @@ def test_resume_after_kill_reproduces_the_data_order(tmp_path, recipe, env):
     train, _ = load_from_config(cfg)
     order = DataOrder(len(train), cfg.run.seed)
     expected = {s: [train[i].id for i in order.draw(2)] for s in range(6)}
-    snapshot = out / LEARNER_DIR / SNAPSHOT
+    record = out / LEARNER_DIR / RECORD
 
     proc = start(recipe, overrides, env)
-    wait_for(proc, lambda: snapshot.is_file() and "step_000002" in snapshot.read_text())
+    wait_for(proc, lambda: record.is_file() and "step_000002" in record.read_text())
     proc.kill()
     proc.wait()
     with open(out / "samples.jsonl") as f:
@@ -82,8 +82,8 @@ def test_resume_after_kill_reproduces_the_data_order(tmp_path, recipe, env):
     )
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     again = steps_and_problems(out / "samples.jsonl", skip_lines=before)
-    # The killed driver's Ray processes can record one more checkpoint before they notice it is
-    # gone, so the resume point is read off the resumed run: the latest checkpoint, step >= 2.
+    # The driver can record one more checkpoint before the kill lands, so the resume point is
+    # read off the resumed run: the latest checkpoint, step >= 2.
     resume_at = min(again)
     assert 2 <= resume_at < 6
     assert again == {s: expected[s] for s in range(resume_at, 6)}

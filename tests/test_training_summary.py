@@ -9,6 +9,7 @@ def test_run_summary_leads_with_the_held_out_change() -> None:
         "val_initial": {"val/accuracy": 0.2461, "val/reward_mean": 0.25},
         "val_final": {"val/accuracy": 0.5391, "val/reward_mean": 0.55},
         "final": {"reward/mean": 0.48}, "weight_version": 100, "rollout_restarts": 0,
+        "learner_restarts": 0,
         "checkpoint": "runs/demo/learner/step_000100", "run_dir": "runs/demo",
     }
     lines = format_summary(summary).splitlines()

@@ -1,6 +1,6 @@
 """`rlrun eval CONFIG --model PATH_OR_CHECKPOINT`: accuracy and pass@k of a model on a split.
 
-Completions come from the same rollout actors training uses (`actors.rollout.RolloutPool`) and
+Completions come from the same rollout actors training uses (`actors.rollout.RolloutGroup`) and
 are scored by the same configured reward (code through the sandbox actors), so an eval number
 and a training number mean the same thing. Prints the overall and per-kind/source/difficulty
 table, writes one JSON row per problem (`--out`) plus a summary next to it (`<out>.json`, which
@@ -71,8 +71,8 @@ def resolve_checkpoint(model: str, cfg: Config) -> str:
             if (candidate / "config.json").is_file():
                 return str(candidate)
         latest = latest_checkpoint(str(path))
-        if latest is not None and (latest / "model" / "config.json").is_file():
-            return str(latest / "model")
+        if latest is not None and (Path(latest) / "model" / "config.json").is_file():
+            return str(Path(latest) / "model")
         raise ConfigError(
             f"--model {model}: the directory holds no config.json, model/config.json or "
             "learner/step_*/ checkpoint; pass a Hugging Face model dir, a checkpoint dir or a "
@@ -144,13 +144,15 @@ def _correctness_name(cfg: Config) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from actors.rollout import RolloutPool
+    from ray.util.placement_group import remove_placement_group
+
+    from actors.rollout import RolloutGroup
     from actors.sandbox import SandboxPool
     from rlrun import evaluation as ev
     from rlrun.data.prompts import render_prompt
     from rlrun.models import load_tokenizer
     from rlrun.rewards import build_reward
-    from rlrun.training import init_ray
+    from rlrun.training import init_ray, place
 
     cfg = load_config(args.config, args.overrides)
     k_list, samples = _sample_counts(args, cfg)
@@ -160,8 +162,11 @@ def main(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
 
     init_ray(cfg)
-    pool = RolloutPool(cfg, model_path)
-    sandbox = SandboxPool(cfg.sandbox) if any(p.kind == "code" for p in problems) else None
+    code = any(p.kind == "code" for p in problems)
+    prefix = f"{cfg.run.name}-eval"
+    groups = place(cfg, ["rollout"] + (["sandbox"] if code else []), prefix)
+    pool = RolloutGroup(cfg, model_path, groups["rollout"], prefix)
+    sandbox = SandboxPool(cfg.sandbox, prefix, groups.get("sandbox")) if code else None
     try:
         reward = build_reward(cfg, sandbox.judge if sandbox else None)
         result = ev.evaluate(
@@ -180,6 +185,8 @@ def main(args: argparse.Namespace) -> int:
         pool.shutdown()
         if sandbox is not None:
             sandbox.shutdown()
+        for group in groups.values():
+            remove_placement_group(group)
 
     flips = ev.compare(result, baseline) if baseline is not None else None
     slug = model_slug(model_path if Path(args.model).is_dir() else args.model)

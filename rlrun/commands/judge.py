@@ -223,11 +223,11 @@ def _judge_all(subs: list[Submission], cfg: SandboxConfig, args: argparse.Namesp
 
     import ray
 
-    from actors.sandbox import NAMESPACE, SandboxPool
+    from actors.sandbox import SandboxPool
 
     if not ray.is_initialized():
-        ray.init(address=args.address, namespace=NAMESPACE, log_to_driver=False)
-    with SandboxPool(cfg) as pool:
+        ray.init(address=args.address, log_to_driver=False)
+    with SandboxPool(cfg, prefix=f"judge-{os.getpid()}") as pool:
         return pool.wait(pool.submit(subs), progress=bar.update)
 
 

@@ -1,11 +1,30 @@
 """Rollout engines behind one interface: `hf` (transformers, CPU/debug) and `vllm` (GPU)."""
 
-from rlrun.engines.base import (
-    Completion,
-    Engine,
-    SamplingParams,
-    WeightsMismatchError,
-    make_engine,
-)
+from rlrun.config import RolloutConfig
+from rlrun.engines.base import Engine, SamplingParams, WeightsMismatchError
 
-__all__ = ["Completion", "Engine", "SamplingParams", "WeightsMismatchError", "make_engine"]
+ENGINES = ("hf", "vllm")
+
+
+def make_engine(
+    name: str,
+    model_path: str,
+    cfg: RolloutConfig,
+    dtype: str,
+    tokenizer_path: str | None = None,
+) -> Engine:
+    """The engine `rollout.engine` names, loaded from `model_path`."""
+    if name == "hf":
+        from rlrun.engines.hf import HFEngine
+
+        return HFEngine(model_path, cfg, dtype, tokenizer_path=tokenizer_path)
+    if name == "vllm":
+        from rlrun.engines.vllm import VLLMEngine
+
+        return VLLMEngine(model_path, cfg, dtype, tokenizer_path=tokenizer_path)
+    raise ValueError(
+        f"rollout.engine={name!r} is not an engine: choose one of {', '.join(ENGINES)}"
+    )
+
+
+__all__ = ["ENGINES", "Engine", "SamplingParams", "WeightsMismatchError", "make_engine"]

@@ -1,14 +1,16 @@
-"""The rollout-engine interface: sampling parameters, completions, the Engine protocol.
+"""The rollout-engine interface: sampling parameters and the Engine protocol.
 
-Conventions every engine follows, because the learner relies on them:
+An engine returns `rlrun.records.Sample`s, the record the learner trains on. Conventions every
+engine follows, because the learner relies on them:
 
-- `Completion.logprobs[i]` is the log-probability of `token_ids[i]` under
+- `Sample.behaviour_logprobs[i]` is the log-probability of `response_ids[i]` under
   `log_softmax(logits / temperature)` over the full vocabulary, without top-k/top-p
   renormalisation; greedy decoding (temperature 0) reports temperature-1 log-probs. The
   learner recomputes exactly this quantity (TRL and veRL do the same).
-- `token_ids` holds what the model emitted: an EOS token that ended the completion is kept
-  (the model must learn to stop), and so is the token that completed a stop string. `text`
-  is the decoded completion without special tokens, cut just before the stop string.
+- `response_ids` holds what the model emitted: an EOS token that ended the completion is kept
+  (the model must learn to stop), and so is the token that completed a stop string.
+  `response_text` is the decoded completion without special tokens, cut just before the stop
+  string.
 - `finish_reason` is "stop" (EOS or a stop string) or "length" (`max_new_tokens` reached).
 - Prompts are tokenized with the tokenizer's own special tokens (a BOS where it adds one),
   minus a trailing EOS that some tokenizers append: the model continues the prompt.
@@ -21,7 +23,8 @@ from typing import Any, Protocol
 
 from torch import Tensor
 
-from rlrun.config import RolloutConfig, SamplingConfig
+from rlrun.config import SamplingConfig
+from rlrun.records import Sample
 
 
 @dataclass
@@ -65,22 +68,12 @@ class SamplingParams:
         )
 
 
-@dataclass
-class Completion:
-    prompt_ids: list[int]
-    token_ids: list[int]  # generated tokens, [L]
-    text: str
-    logprobs: list[float]  # behaviour log-prob of each generated token, [L]
-    finish_reason: str  # "stop" | "length"
-    weight_version: int = 0  # engine version whose weights produced it
-
-
 class Engine(Protocol):
     version: int
 
     def generate(
         self, prompts: list[str], sampling: SamplingParams
-    ) -> list[list[Completion]]:
+    ) -> list[list[Sample]]:
         """`sampling.n` completions for each prompt, in prompt order."""
         ...
 
@@ -140,22 +133,3 @@ def encode_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:
             ids = ids[:-1]
         out.append(list(ids))
     return out
-
-
-def make_engine(
-    name: str,
-    model_path: str,
-    cfg: RolloutConfig,
-    dtype: str,
-    tokenizer_path: str | None = None,
-) -> Engine:
-    """The engine `rollout.engine` names, loaded from `model_path`."""
-    if name == "hf":
-        from rlrun.engines.hf import HFEngine
-
-        return HFEngine(model_path, cfg, dtype, tokenizer_path=tokenizer_path)
-    if name == "vllm":
-        from rlrun.engines.vllm import VLLMEngine
-
-        return VLLMEngine(model_path, cfg, dtype, tokenizer_path=tokenizer_path)
-    raise ValueError(f"rollout.engine={name!r} is not an engine: choose hf or vllm")

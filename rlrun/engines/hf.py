@@ -30,13 +30,9 @@ import torch
 from torch import Tensor
 
 from rlrun.config import RolloutConfig
-from rlrun.engines.base import (
-    Completion,
-    SamplingParams,
-    check_weight_names,
-    encode_prompts,
-)
+from rlrun.engines.base import SamplingParams, check_weight_names, encode_prompts
 from rlrun.models import load_causal_lm, load_tokenizer
+from rlrun.records import Sample
 
 
 class HFEngine:
@@ -77,7 +73,7 @@ class HFEngine:
             self.model.load_state_dict(weights, strict=True)
             self.version = version
 
-    def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Completion]]:
+    def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
         if not prompts:
             return []
         prompt_ids = encode_prompts(self.tokenizer, prompts)
@@ -89,7 +85,7 @@ class HFEngine:
         else:
             generator.manual_seed(sampling.seed)
 
-        done: list[Completion | None] = [None] * len(rows)
+        done: list[Sample | None] = [None] * len(rows)
         with self._lock, torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
@@ -97,10 +93,10 @@ class HFEngine:
                 outs = self._generate_batch(row_prompts, prompt_ids, sampling, generator)
                 for r, out in zip(batch, outs, strict=True):
                     done[r] = out
-        grouped: list[list[Completion]] = [[] for _ in prompts]
-        for r, completion in enumerate(done):
-            assert completion is not None
-            grouped[rows[r]].append(completion)
+        grouped: list[list[Sample]] = [[] for _ in prompts]
+        for r, sample in enumerate(done):
+            assert sample is not None
+            grouped[rows[r]].append(sample)
         return grouped
 
     def _generate_batch(
@@ -109,8 +105,8 @@ class HFEngine:
         prompt_ids: list[list[int]],
         sampling: SamplingParams,
         generator: torch.Generator,
-    ) -> list[Completion]:
-        """Completions for rows whose prompts are `row_prompts` (indices into `prompt_ids`;
+    ) -> list[Sample]:
+        """Samples for rows whose prompts are `row_prompts` (indices into `prompt_ids`;
         rows of one prompt are adjacent)."""
         # Prefill each distinct prompt once, then copy its cache to each of its rows: with
         # GRPO's n samples per prompt most of the prefill would otherwise be repeated.
@@ -196,11 +192,11 @@ class HFEngine:
             if stop_at[b] is not None:
                 text = text[: stop_at[b]]
             out.append(
-                Completion(
+                Sample(
                     prompt_ids=list(ids),
-                    token_ids=tokens_out[b],
-                    text=text,
-                    logprobs=logprobs_out[b],
+                    response_ids=tokens_out[b],
+                    response_text=text,
+                    behaviour_logprobs=logprobs_out[b],
                     finish_reason=reasons[b],
                     weight_version=self.version,
                 )

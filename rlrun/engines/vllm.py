@@ -37,8 +37,9 @@ from typing import Any
 from torch import Tensor
 
 from rlrun.config import RolloutConfig
-from rlrun.engines.base import Completion, SamplingParams, check_weight_names, encode_prompts
+from rlrun.engines.base import SamplingParams, check_weight_names, encode_prompts
 from rlrun.models import DTYPES, load_tokenizer, state_dict_shapes
+from rlrun.records import Sample
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class VLLMEngine:
             self.llm.reset_prefix_cache()
             self.version = version
 
-    def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Completion]]:
+    def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
         if not prompts:
             return []
         if (sampling.top_k > 0 or sampling.top_p < 1.0) and not self._warned_filters:
@@ -138,16 +139,16 @@ class VLLMEngine:
         )
 
     @staticmethod
-    def _completion(prompt_ids: list[int], out: Any, version: int) -> Completion:
+    def _completion(prompt_ids: list[int], out: Any, version: int) -> Sample:
         if out.finish_reason not in ("stop", "length"):
             raise RuntimeError(f"vLLM ended a completion with finish_reason={out.finish_reason!r}")
         token_ids = list(out.token_ids)
         logprobs = [step[tok].logprob for step, tok in zip(out.logprobs, token_ids, strict=True)]
-        return Completion(
+        return Sample(
             prompt_ids=list(prompt_ids),
-            token_ids=token_ids,
-            text=out.text,
-            logprobs=logprobs,
+            response_ids=token_ids,
+            response_text=out.text,
+            behaviour_logprobs=logprobs,
             finish_reason=out.finish_reason,
             weight_version=version,
         )

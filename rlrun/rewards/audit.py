@@ -187,10 +187,8 @@ def _short(text: str | None, limit: int = 40) -> str:
 
 
 def _sample(problem: Problem, text: str, group: int) -> Sample:
-    return Sample(
-        problem_id=problem.id, group_id=group, prompt_ids=[], response_ids=[],
-        response_text=text, logprobs=[], weight_version=0, finish_reason="stop",
-    )
+    return Sample(prompt_ids=[], response_ids=[], response_text=text, behaviour_logprobs=[],
+                  finish_reason="stop", problem_id=problem.id, group_id=group)
 
 
 def run_audit(reward: Reward, problems: list[Problem], batch_size: int = 256) -> AuditReport:

@@ -14,7 +14,7 @@ def _unknown(backend: str) -> str:
 
 
 def make_sender(backend: str = "object_store", **kwargs: Any) -> WeightSender:
-    """The learner-side half of `backend` (object_store: `owner=` the actor that owns the data)."""
+    """The learner-side half of `backend`."""
     if backend == "object_store":
         from rlrun.weights.object_store import ObjectStoreSender
 

@@ -1,9 +1,9 @@
 """The versioned weight-sync interface between the learner and the rollout engines.
 
 A transfer is a pair of calls: the learner's rank 0 calls `WeightSender.publish(version,
-state_dict)` once per step and gets back a small `WeightUpdate`; the coordinator forwards that
-record to every rollout actor, which calls `WeightReceiver.receive(update)` and loads the
-tensors into its engine. Backends differ only in what travels in `WeightUpdate.payload`: an
+state_dict)` once per step and gets back a small `WeightUpdate`; the driver hands that record
+to every rollout actor, which calls `WeightReceiver.receive(update)` and loads the tensors into
+its engine. Backends differ only in what travels in `WeightUpdate.payload`: an
 object-store reference (`object_store`, any cluster, the CPU path) or the names, shapes and
 dtypes of a collective broadcast that both sides enter (a GPU backend into vLLM workers).
 """
@@ -23,7 +23,7 @@ class WeightUpdate:
     version: int
     backend: str
     # Backend-specific handle. Kept inside a record so Ray does not resolve references on the
-    # way through the coordinator: only the rollout actor that loads the weights fetches them.
+    # way through the driver: only the rollout actor that loads the weights fetches them.
     payload: dict[str, Any] = field(default_factory=dict)
 
 

@@ -1,15 +1,15 @@
-"""Weight sync through the Ray object store: one put per step, one `ray.get` per rollout actor.
+"""Weight sync through the Ray object store: learner rank 0 puts, each rollout actor gets.
 
-An object put by a Ray Train worker dies with that worker (every later reader gets
-`OwnerDiedError`), and a learner restart must not take the rollout actors' weights with it. Ray
-2.56 removed `ray.put(..., _owner=...)`, so the sender hands the state dict to a long-lived
-actor (the coordinator) whose `hold` method puts it with `hold_weights`: that actor owns the
-object, and the learner's temporary copy can go.
+The state dict is put once by the learner rank that holds it, so it is owned by that rank and
+lives as long as it does; the small `WeightUpdate` that carries the reference goes through the
+driver to the rollout actors, which each `ray.get` it and load it into their engine. A learner
+rank that dies takes its object with it, which is safe: every rollout actor has loaded the
+version already, and the restarted learner publishes the version it restores from a checkpoint
+before any actor generates again. For CPU runs and small models; large ones use a collective
+backend.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import ray
 from torch import Tensor
@@ -19,27 +19,10 @@ from rlrun.weights.base import WeightUpdate, plain_state_dict
 BACKEND = "object_store"
 
 
-def hold_weights(state_dict: dict[str, Tensor]) -> dict[str, Any]:
-    """Put `state_dict` into the object store as the calling process; the update's payload.
-
-    The reference travels inside a dict, so Ray hands it on without resolving it.
-    """
-    return {"ref": ray.put(state_dict)}
-
-
 class ObjectStoreSender:
-    """Publishes state dicts owned by `owner`, an actor whose `hold(state_dict)` calls
-    `hold_weights` (None: owned by the caller, for a caller that outlives its readers)."""
-
-    def __init__(self, owner: Any = None) -> None:
-        self.owner = owner
-
     def publish(self, version: int, state_dict: dict[str, Tensor]) -> WeightUpdate:
-        weights = plain_state_dict(state_dict)
-        if self.owner is None:
-            payload = hold_weights(weights)
-        else:
-            payload = ray.get(self.owner.hold.remote(weights))
+        # The reference travels inside a dict, so Ray hands it on without resolving it.
+        payload = {"ref": ray.put(plain_state_dict(state_dict))}
         return WeightUpdate(version=version, backend=BACKEND, payload=payload)
 
 

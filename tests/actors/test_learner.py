@@ -1,23 +1,18 @@
-"""The learner's update on 1 rank and on 2 DDP ranks (Ray Train, gloo) is the same update."""
-
-import sys
+"""The learner group: 1 rank and 2 DDP ranks (gloo) make the same update; a restarted group
+continues from the checkpoint it saved; a dead rank is a `LearnerFailed`, not a hang."""
 
 import pytest
 import ray
 import torch
-from ray.train import RunConfig, ScalingConfig
-from ray.train.torch import TorchConfig, TorchTrainer
+from ray.util.placement_group import placement_group, remove_placement_group
 
-from actors.learner import make_trainer, storage_path
-from rlrun import batching
-from rlrun.config import from_dict, load_config, to_dict
+from actors.learner import LearnerFailed, LearnerGroup
+from rlrun import batching, checkpoint
+from rlrun.config import load_config
 from rlrun.models import resolve_model_path
+from rlrun.weights import make_receiver
 
 pytestmark = pytest.mark.slow
-
-# Ray Train workers cannot import this test module by name: ship its functions by value.
-ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
 
 RAY_NAMESPACE = "rlrun-test-learner"
 
@@ -33,69 +28,95 @@ def samples() -> list[batching.TrainSample]:
     return out
 
 
-def update_loop(config: dict) -> None:
-    import ray.train
+def config(tmp_path, world: int, *extra: str):
+    return load_config(None, [
+        "algo.mini_batches=2", "algo.epochs=2", "learner.lr=1e-2", f"learner.num_workers={world}",
+        "learner.micro_batch_size=1", "learner.num_cpus=0.5", f"run.output_dir={tmp_path}",
+        *extra,
+    ])
 
-    from rlrun.models import load_causal_lm, load_tokenizer
-    from rlrun.policy_update import train_on_shard, warmup_schedule
 
-    cfg = from_dict(config["cfg"])
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    shards = batching.make_shards(
-        config["samples"], step=0, world_size=world, epochs=cfg.algo.epochs,
-        mini_batches=cfg.algo.mini_batches, max_len=8, seed=0, data_position=0, version=0,
+class Learner:
+    """A LearnerGroup on a placement group of its own, shut down on exit."""
+
+    def __init__(self, cfg, path: str) -> None:
+        self.pg = placement_group([{"CPU": 0.5}] * cfg.learner.num_workers)
+        ray.get(self.pg.ready(), timeout=60)
+        self.group = LearnerGroup(cfg, path, self.pg, "test")
+
+    def __enter__(self) -> LearnerGroup:
+        return self.group
+
+    def __exit__(self, *exc) -> None:
+        self.group.shutdown()
+        remove_placement_group(self.pg)
+
+
+def shards(cfg, step: int = 0):
+    return batching.make_shards(
+        samples(), step=step, world_size=cfg.learner.num_workers, epochs=cfg.algo.epochs,
+        mini_batches=cfg.algo.mini_batches, max_len=8, seed=0,
     )
-    model = load_causal_lm(config["path"])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learner.lr)
-    scheduler = warmup_schedule(optimizer, 0)
-    policy = ray.train.torch.prepare_model(model)
-    metrics = train_on_shard(policy, optimizer, scheduler, shards[rank], cfg,
-                             load_tokenizer(config["path"]).pad_token_id, world_size=world)
-    result = {"metrics": metrics, "weights": {k: v.clone() for k, v in model.state_dict().items()}}
-    torch.save(result, f"{config['out']}/rank{rank}-of-{world}.pt")
-    ray.train.report({})
 
 
-def run(world: int, cfg, path: str, out: str) -> None:
-    TorchTrainer(
-        update_loop,
-        train_loop_config={"cfg": to_dict(cfg), "samples": samples(), "path": path, "out": out},
-        scaling_config=ScalingConfig(num_workers=world, resources_per_worker={"CPU": 0.5}),
-        torch_config=TorchConfig(backend="gloo"),
-        run_config=RunConfig(name=f"w{world}", storage_path=out),
-    ).fit()
+def weights(group: LearnerGroup, version: int) -> dict[str, torch.Tensor]:
+    update = group.publish(version)
+    return make_receiver(update.backend).receive(update)
 
 
-def test_one_rank_and_two_ranks_make_the_same_update(ray_cluster, tmp_path):
-    cfg = load_config(None, ["algo.mini_batches=2", "algo.epochs=2", "learner.lr=1e-2",
-                             "learner.num_workers=2", "learner.micro_batch_size=1"])
-    path = resolve_model_path(cfg.model, str(tmp_path / "models"))
-    run(1, cfg, path, str(tmp_path))
-    run(2, cfg, path, str(tmp_path))
-    one = torch.load(tmp_path / "rank0-of-1.pt")
-    two = [torch.load(tmp_path / f"rank{r}-of-2.pt") for r in (0, 1)]
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    cfg = load_config(None, [])
+    return resolve_model_path(cfg.model, str(tmp_path_factory.mktemp("models")))
+
+
+def test_one_rank_and_two_ranks_make_the_same_update(ray_cluster, tmp_path, tiny):
+    results = {}
+    for world in (1, 2):
+        cfg = config(tmp_path / f"w{world}", world)
+        with Learner(cfg, tiny) as group:
+            assert group.start() == checkpoint.TrainState()
+            results[world] = (group.train(shards(cfg)), weights(group, 1))
+    (one, w1), (two, w2) = results[1], results[2]
     # The global gradient (DDP-averaged shares times world size) has the same norm; Adam is
     # blind to a gradient scale, so this is the check that catches a world-size factor.
-    for rank in (0, 1):
-        assert two[rank]["metrics"]["optim/grad_norm"] == pytest.approx(
-            one["metrics"]["optim/grad_norm"], rel=1e-5
-        )
+    assert two["optim/grad_norm"] == pytest.approx(one["optim/grad_norm"], rel=1e-5)
+    # Loss shares of the two ranks add up to the one-rank loss (merged by the group).
+    assert two["loss/total"] == pytest.approx(one["loss/total"], abs=1e-6)
+    assert one["train/bad_steps"] == 0
     # Same weights after 4 Adam updates, up to float summation order (Adam turns the noise of
     # near-zero gradients into steps of up to lr, hence the absolute tolerance).
-    for name, w in one["weights"].items():
-        torch.testing.assert_close(two[0]["weights"][name], w, atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(two[1]["weights"][name], two[0]["weights"][name])
-    # Loss shares of the two ranks add up to the one-rank loss.
-    total = two[0]["metrics"]["loss/total"] + two[1]["metrics"]["loss/total"]
-    assert total == pytest.approx(one["metrics"]["loss/total"], abs=1e-6)
-    assert one["metrics"]["train/bad_steps"] == 0
+    for name, w in w1.items():
+        torch.testing.assert_close(w2[name], w, atol=1e-4, rtol=1e-4)
 
 
-def test_the_learner_job_stores_checkpoints_under_the_output_dir(tmp_path):
-    cfg = load_config(None, [f"run.output_dir={tmp_path}/out", "learner.max_failures=3"])
-    trainer = make_trainer(cfg, "unused")
-    assert trainer.run_config.storage_path == storage_path(cfg.run.output_dir)
-    assert trainer.run_config.storage_path.startswith("/")
-    assert trainer.run_config.failure_config.max_failures == 3
-    assert storage_path("s3://bucket/run") == "s3://bucket/run"
+def test_a_restarted_group_continues_from_its_checkpoint_on_another_world_size(
+    ray_cluster, tmp_path, tiny
+):
+    state = checkpoint.TrainState(step=1, version=1, data_position=8, bad_steps=0)
+    cfg = config(tmp_path, 2)
+    with Learner(cfg, tiny) as group:
+        group.start()
+        group.train(shards(cfg))
+        group.save(state)
+        saved = weights(group, 1)
+        expected = group.train(shards(cfg, step=1))
+        assert group.restart() == state  # every rank reloads step 1
+        assert group.train(shards(cfg, step=1)) == pytest.approx(expected, rel=1e-6)
+    one = config(tmp_path, 1, "run.resume=true")
+    with Learner(one, tiny) as group:
+        assert group.start() == state  # the 2-rank checkpoint, resharded onto 1 rank
+        for name, w in weights(group, 1).items():
+            torch.testing.assert_close(w, saved[name])
+        assert group.train(shards(one, step=1))["optim/grad_norm"] == pytest.approx(
+            expected["optim/grad_norm"], rel=1e-5
+        )
+
+
+def test_a_rank_that_dies_mid_step_is_a_learner_failure(ray_cluster, tmp_path, tiny):
+    cfg = config(tmp_path, 2)
+    with Learner(cfg, tiny) as group:
+        group.start()
+        ray.kill(group.workers[1])
+        with pytest.raises(LearnerFailed, match="died during train"):
+            group.train(shards(cfg))

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from rlrun import cli
-from rlrun.checkpoint import TrainState
+from rlrun.checkpoint import record
 from rlrun.commands.eval import _sample_counts, load_split, model_slug, parse_k, resolve_checkpoint
 from rlrun.config import ConfigError, load_config
 from tests.test_evaluation import fit_to_answers
@@ -31,9 +30,8 @@ def test_model_argument_forms(tmp_path: Path) -> None:
     assert resolve_checkpoint(str(ckpt), cfg) == str(ckpt / "model")
     run = tmp_path / "run"
     for step in (5, 10):
-        step_dir = run / "learner" / f"step_{step:06d}"
-        _hf_dir(step_dir / "model")
-        (step_dir / "state.json").write_text(json.dumps(asdict(TrainState(step=step))))
+        _hf_dir(run / "learner" / f"step_{step:06d}" / "model")
+        record(str(run), step, keep=2)
     assert resolve_checkpoint(str(run), cfg) == str(run / "learner" / "step_000010" / "model")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="--model .*empty.*config.json"):
@@ -107,8 +105,8 @@ def test_eval_of_a_trained_checkpoint_against_its_starting_model(
     cfg = load_config(recipe)
     val = load_split(cfg, "val", None)
     base = resolve_checkpoint("tiny", cfg)
-    step_dir = fit_to_answers(base, val[:2], cfg.data, run / "learner" / "step_000005")
-    (step_dir / "state.json").write_text(json.dumps(asdict(TrainState(step=5))))
+    fit_to_answers(base, val[:2], cfg.data, run / "learner" / "step_000005")
+    record(str(run), 5, keep=1)
 
     common = ["--greedy", "--samples", "2", "--k", "1,2"]
     assert cli.main(["eval", str(recipe), "--model", "tiny", "--out", str(tmp_path / "b.jsonl"),

@@ -85,15 +85,15 @@ def reference_logprobs(
 def assert_logprobs_match(engine, model, groups, temperature: float) -> None:
     for group in groups:
         for c in group:
-            assert len(c.logprobs) == len(c.token_ids) > 0
-            expected = reference_logprobs(model, c.prompt_ids, c.token_ids, temperature)
+            assert len(c.behaviour_logprobs) == len(c.response_ids) > 0
+            expected = reference_logprobs(model, c.prompt_ids, c.response_ids, temperature)
             torch.testing.assert_close(
-                torch.tensor(c.logprobs), expected, atol=TOLERANCE[engine.name], rtol=0
+                torch.tensor(c.behaviour_logprobs), expected, atol=TOLERANCE[engine.name], rtol=0
             )
 
 
 def all_tokens(groups) -> list[list[int]]:
-    return [c.token_ids for group in groups for c in group]
+    return [c.response_ids for group in groups for c in group]
 
 
 def test_a_seed_reproduces_a_call_and_another_seed_does_not(engine) -> None:
@@ -101,8 +101,9 @@ def test_a_seed_reproduces_a_call_and_another_seed_does_not(engine) -> None:
     first = engine.generate(PROMPTS, sampling)
     again = engine.generate(PROMPTS, sampling)
     assert all_tokens(first) == all_tokens(again)
-    assert [c.logprobs for g in first for c in g] == [c.logprobs for g in again for c in g]
-    assert [c.text for g in first for c in g] == [c.text for g in again for c in g]
+    for g1, g2 in zip(first, again, strict=True):
+        assert [c.behaviour_logprobs for c in g1] == [c.behaviour_logprobs for c in g2]
+        assert [c.response_text for c in g1] == [c.response_text for c in g2]
     other = engine.generate(PROMPTS, SamplingParams(max_new_tokens=12, n=2, seed=9))
     assert all_tokens(other) != all_tokens(first)
 
@@ -114,7 +115,7 @@ def test_n_completions_per_prompt_are_distinct_samples(engine, tokenizer) -> Non
         assert len(group) == 4
         assert all(c.prompt_ids == tokenizer(prompt, add_special_tokens=False)["input_ids"]
                    for c in group)
-        assert len({tuple(c.token_ids) for c in group}) > 1
+        assert len({tuple(c.response_ids) for c in group}) > 1
 
 
 @pytest.mark.parametrize(
@@ -138,10 +139,10 @@ def test_greedy_takes_the_argmax(engine, reference) -> None:
     groups = engine.generate(PROMPTS, SamplingParams(temperature=0.0, max_new_tokens=8))
     for group in groups:
         c = group[0]
-        ids = torch.tensor([c.prompt_ids + c.token_ids])
+        ids = torch.tensor([c.prompt_ids + c.response_ids])
         with torch.no_grad():
             logits = reference(ids).logits[0, len(c.prompt_ids) - 1 : -1]
-        assert logits.argmax(-1).tolist() == c.token_ids
+        assert logits.argmax(-1).tolist() == c.response_ids
 
 
 def test_max_new_tokens_ends_with_length(engine, tokenizer) -> None:
@@ -149,11 +150,11 @@ def test_max_new_tokens_ends_with_length(engine, tokenizer) -> None:
     reasons = [c.finish_reason for g in groups for c in g]
     assert "length" in reasons
     for c in (c for g in groups for c in g):
-        assert len(c.token_ids) <= 5
+        assert len(c.response_ids) <= 5
         if c.finish_reason == "length":
-            assert len(c.token_ids) == 5 and c.token_ids[-1] != tokenizer.eos_token_id
+            assert len(c.response_ids) == 5 and c.response_ids[-1] != tokenizer.eos_token_id
         else:
-            assert c.finish_reason == "stop" and c.token_ids[-1] == tokenizer.eos_token_id
+            assert c.finish_reason == "stop" and c.response_ids[-1] == tokenizer.eos_token_id
 
 
 @pytest.mark.parametrize("include", [False, True], ids=["cut-before", "kept"])
@@ -161,10 +162,10 @@ def test_stop_string_cuts_text_and_tokens(engine, tokenizer, include: bool) -> N
     # The first seed whose sample is long enough to take a stop string from its middle.
     for seed in range(20):
         full = engine.generate([PROMPTS[0]], SamplingParams(max_new_tokens=32, seed=seed))[0][0]
-        if len(full.text) >= 8:
+        if len(full.response_text) >= 8:
             break
-    stop = full.text[len(full.text) // 2 : len(full.text) // 2 + 2]
-    cut = full.text.find(stop)
+    stop = full.response_text[len(full.response_text) // 2 : len(full.response_text) // 2 + 2]
+    cut = full.response_text.find(stop)
 
     stopped = engine.generate(
         [PROMPTS[0]],
@@ -173,12 +174,14 @@ def test_stop_string_cuts_text_and_tokens(engine, tokenizer, include: bool) -> N
         ),
     )[0][0]
     assert stopped.finish_reason == "stop"
-    assert stopped.text == full.text[: cut + len(stop) if include else cut]
-    n = len(stopped.token_ids)
-    assert stopped.token_ids == full.token_ids[:n]
-    assert stopped.logprobs == pytest.approx(full.logprobs[:n], abs=TOLERANCE[engine.name])
-    assert stop in tokenizer.decode(stopped.token_ids, skip_special_tokens=True)
-    assert stop not in tokenizer.decode(stopped.token_ids[:-1], skip_special_tokens=True)
+    assert stopped.response_text == full.response_text[: cut + len(stop) if include else cut]
+    n = len(stopped.response_ids)
+    assert stopped.response_ids == full.response_ids[:n]
+    assert stopped.behaviour_logprobs == pytest.approx(
+        full.behaviour_logprobs[:n], abs=TOLERANCE[engine.name]
+    )
+    assert stop in tokenizer.decode(stopped.response_ids, skip_special_tokens=True)
+    assert stop not in tokenizer.decode(stopped.response_ids[:-1], skip_special_tokens=True)
 
 
 def test_rows_finishing_at_different_steps_leave_the_others_intact(engine, reference) -> None:
@@ -187,11 +190,11 @@ def test_rows_finishing_at_different_steps_leave_the_others_intact(engine, refer
     sampling = SamplingParams(max_new_tokens=30, n=4, seed=6, stop=stops)
     groups = engine.generate(PROMPTS, sampling)
     reasons = {c.finish_reason for g in groups for c in g}
-    lengths = {len(c.token_ids) for g in groups for c in g}
+    lengths = {len(c.response_ids) for g in groups for c in g}
     assert reasons == {"stop", "length"} and len(lengths) > 3, "fixture: need scattered stops"
     assert_logprobs_match(engine, reference, groups, sampling.temperature)
     for c in (c for g in groups for c in g):
-        assert not any(s in c.text for s in stops)
+        assert not any(s in c.response_text for s in stops)
 
 
 def test_eos_ends_with_stop_and_stays_in_the_tokens(engine, reference, tiny_path) -> None:
@@ -199,7 +202,7 @@ def test_eos_ends_with_stop_and_stays_in_the_tokens(engine, reference, tiny_path
     that of the token greedy picks there) and check the completion is exactly [EOS]."""
     original = {k: v.clone() for k, v in reference.state_dict().items()}
     probe = engine.generate([PROMPTS[2]], SamplingParams(temperature=0.0, max_new_tokens=1))[0][0]
-    first = probe.token_ids[0]
+    first = probe.response_ids[0]
     ids = torch.tensor([probe.prompt_ids])
     with torch.no_grad():
         assert reference(ids).logits[0, -1, first] > 0, "fixture: greedy's first logit must be > 0"
@@ -210,7 +213,7 @@ def test_eos_ends_with_stop_and_stays_in_the_tokens(engine, reference, tiny_path
     try:
         engine.load_weights(1, forced)
         c = engine.generate([PROMPTS[2]], SamplingParams(temperature=0.0, max_new_tokens=6))[0][0]
-        assert (c.token_ids, c.finish_reason, c.text) == ([eos], "stop", "")
+        assert (c.response_ids, c.finish_reason, c.response_text) == ([eos], "stop", "")
     finally:
         engine.load_weights(0, original)
 

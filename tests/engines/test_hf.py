@@ -84,10 +84,10 @@ def test_results_do_not_depend_on_how_rows_are_batched(tiny_path: str) -> None:
     small = make_engine("hf", tiny_path, RolloutConfig(batch_size=3), "float32")
     large = make_engine("hf", tiny_path, RolloutConfig(batch_size=64), "float32")
     a, b = small.generate(prompts, greedy), large.generate(prompts, greedy)
-    assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
+    assert [[c.response_ids for c in g] for g in a] == [[c.response_ids for c in g] for g in b]
     for ga, gb in zip(a, b, strict=True):
         for ca, cb in zip(ga, gb, strict=True):
-            assert ca.logprobs == pytest.approx(cb.logprobs, abs=1e-5)
+            assert ca.behaviour_logprobs == pytest.approx(cb.behaviour_logprobs, abs=1e-5)
 
 
 def test_load_weights_accepts_bfloat16_from_the_learner(tiny_path: str) -> None:

@@ -7,7 +7,7 @@ from rlrun.records import VERDICT_STATUSES, Sample, ScoredSample, Verdict
 
 
 def _scored(*statuses: str) -> ScoredSample:
-    sample = Sample("p", 0, [], [], "", [], 0, "stop")
+    sample = Sample([], [], "", [], "stop", problem_id="p")
     return ScoredSample(sample, 0.0, {}, [Verdict(status) for status in statuses])
 
 

@@ -14,7 +14,7 @@ def plugin(name: str) -> str:
 
 
 def sample(problem: Problem, text: str, n_tokens: int = 0) -> Sample:
-    return Sample(problem.id, 0, [], list(range(n_tokens)), text, [0.0] * n_tokens, 0, "stop")
+    return Sample([], list(range(n_tokens)), text, [0.0] * n_tokens, "stop", problem_id=problem.id)
 
 
 def math_problem(pid: str, answer: str) -> Problem:

@@ -3,7 +3,6 @@ import ray
 import torch
 
 from rlrun.weights import WeightUpdate, make_receiver, make_sender, plain_state_dict
-from rlrun.weights.object_store import hold_weights
 
 pytestmark = pytest.mark.slow
 
@@ -12,29 +11,30 @@ RAY_NAMESPACE = "rlrun-test-weights"
 
 
 @ray.remote(num_cpus=0)
-class Keeper:
-    """A long-lived owner, as the coordinator is in a run."""
+class Publisher:
+    """Stands where learner rank 0 stands: it puts the weights it holds."""
 
-    def hold(self, state_dict):
-        return hold_weights(state_dict)
+    def publish(self, version: int) -> WeightUpdate:
+        weights = {"module.w": torch.full((256, 256), float(version)), "b": torch.arange(3.0)}
+        return make_sender("object_store").publish(version, weights)
 
 
 @ray.remote(num_cpus=0)
-class Publisher:
-    """Stands where a learner rank stands: it publishes, then may die."""
+class Reader:
+    """Stands where a rollout actor stands."""
 
-    def publish(self, owner, version: int) -> WeightUpdate:
-        weights = {"module.w": torch.full((2, 3), float(version)), "b": torch.arange(3.0)}
-        return make_sender("object_store", owner=owner).publish(version, weights)
+    def load(self, update: WeightUpdate) -> dict[str, torch.Tensor]:
+        return make_receiver(update.backend).receive(update)
 
 
-def test_weights_outlive_the_worker_that_published_them(ray_cluster):
-    keeper, publisher = Keeper.remote(), Publisher.remote()
-    update = ray.get(publisher.publish.remote(keeper, 4))
-    ray.kill(publisher)
-    weights = make_receiver(update.backend).receive(update)
+def test_the_record_the_driver_relays_is_a_reference_not_the_weights(ray_cluster):
+    publisher, reader = Publisher.remote(), Reader.remote()
+    update = ray.get(publisher.publish.remote(4))
+    # What passes through the driver is the version and an object reference: bytes, not 256 KB.
+    assert len(ray.cloudpickle.dumps(update)) < 2_000
+    weights = ray.get(reader.load.remote(update))
     assert update.version == 4
-    torch.testing.assert_close(weights["w"], torch.full((2, 3), 4.0))  # DDP prefix removed
+    torch.testing.assert_close(weights["w"], torch.full((256, 256), 4.0))  # DDP prefix removed
     torch.testing.assert_close(weights["b"], torch.arange(3.0))
 
 

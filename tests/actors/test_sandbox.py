@@ -5,7 +5,7 @@ import time
 import pytest
 import ray
 
-from actors.sandbox import NAMESPACE, SandboxPool
+from actors.sandbox import SandboxPool
 from rlrun.config import SandboxConfig
 from rlrun.records import StdioTest, Submission
 from rlrun.records import Tests as Cases
@@ -15,8 +15,6 @@ SLOW_ECHO = "import time\ntime.sleep(0.4)\nprint(int(input()) * 2)\n"
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("ray_cluster")]
 
-
-RAY_NAMESPACE = NAMESPACE
 
 
 def _cfg(actors: int = 2, workers: int = 1) -> SandboxConfig:
@@ -33,7 +31,7 @@ def test_results_come_back_in_input_order_with_correct_verdicts():
     subs = [_sub(f"s{i}", i) for i in range(6)]
     subs[3] = Submission(id="s3", code="print(0)\n", language="python", tests=subs[3].tests)
     seen = []
-    with SandboxPool(_cfg(), name="order") as pool:
+    with SandboxPool(_cfg(), prefix="order") as pool:
         results = pool.wait(pool.submit(subs), progress=seen.append)
     assert [r.id for r in results] == [s.id for s in subs]
     assert [r.status for r in results] == ["accepted"] * 3 + ["wrong_answer"] + ["accepted"] * 2
@@ -44,7 +42,7 @@ def test_identical_submissions_are_judged_once_and_copied_to_every_id():
     same = _sub("x", 5)
     group = [Submission(f"g{i}", same.code, "python", same.tests) for i in range(6)]
     group[4] = _sub("g4", 5, code="print(-1)\n")
-    with SandboxPool(_cfg(), name="dedup") as pool:
+    with SandboxPool(_cfg(), prefix="dedup") as pool:
         results = pool.judge(group)
         stats = pool.stats()
     assert [r.id for r in results] == [f"g{i}" for i in range(6)]
@@ -55,7 +53,7 @@ def test_identical_submissions_are_judged_once_and_copied_to_every_id():
 
 
 def test_work_goes_to_the_actor_with_least_outstanding_work():
-    with SandboxPool(_cfg(), name="spread", chunk_size=2) as pool:
+    with SandboxPool(_cfg(), prefix="spread", chunk_size=2) as pool:
         pool.judge([_sub(f"a{i}", i) for i in range(8)])
         even = pool.stats()
         # A big batch is still in flight on one actor, so a small one goes to the other.
@@ -69,15 +67,13 @@ def test_work_goes_to_the_actor_with_least_outstanding_work():
     assert after["judged_by_1"] - even["judged_by_1"] == 1
 
 
-@pytest.mark.parametrize("ray_restarts_it", [False, True], ids=["killed", "crashed-restarted"])
-def test_killing_an_actor_mid_batch_loses_no_verdict_and_counts_none_twice(ray_restarts_it):
+def test_killing_an_actor_mid_batch_loses_no_verdict_and_counts_none_twice():
     subs = [_sub(f"k{i}", i, code=SLOW_ECHO) for i in range(10)]
-    with SandboxPool(_cfg(), name=f"kill-{ray_restarts_it}", chunk_size=1) as pool:
+    with SandboxPool(_cfg(), prefix="kill", chunk_size=1) as pool:
         handle = pool.submit(subs)
         time.sleep(1.0)
-        victim = ray.get_actor(pool.actor_names()[0], namespace=NAMESPACE)
-        ray.kill(victim, no_restart=not ray_restarts_it)
-        results = pool.wait(handle, timeout_s=120)
+        ray.kill(ray.get_actor(pool.actor_names()[0]))
+        results = pool.wait(handle)
         stats = pool.stats()
         again = pool.judge([_sub("after", 7)])
     assert [r.id for r in results] == [s.id for s in subs]
@@ -85,7 +81,8 @@ def test_killing_an_actor_mid_batch_loses_no_verdict_and_counts_none_twice(ray_r
                for r in results), [r.status for r in results]
     assert stats["unique"] == 10 and stats["resubmitted"] >= 1
     assert stats["judged_by_0"] + stats["judged_by_1"] == 10
-    assert stats["recreated"] == (0 if ray_restarts_it else 1)
+    assert stats["recreated"] == 1
+    assert pool.actor_names() == ["kill.sandbox-0.1", "kill.sandbox-1"]
     assert again[0].status == "accepted"
 
 
@@ -93,7 +90,7 @@ def test_a_submission_that_always_fails_is_reported_as_sandbox_error_without_its
     # The Judge refuses a submission without tests: every attempt at its chunk fails.
     broken = Submission(id="broken", code=ECHO, language="python", tests=Cases())
     subs = [_sub("n0", 1), broken, _sub("n1", 2), _sub("n2", 3)]
-    with SandboxPool(_cfg(), name="poison", chunk_size=4, max_attempts=3) as pool:
+    with SandboxPool(_cfg(), prefix="poison", chunk_size=4, max_attempts=3) as pool:
         results = pool.judge(subs)
     assert [r.id for r in results] == ["n0", "broken", "n1", "n2"]
     assert [r.status for r in results] == ["accepted", "sandbox_error", "accepted", "accepted"]

@@ -1,0 +1,187 @@
+"""One training step, as pure code: from the data order to the learner ranks' shards.
+
+The driver (`rlrun.training`) runs a step as
+
+1. draw      the next prompts in the seeded data order (`rlrun.data_order`);
+2. generate  `algo.group_size` completions per prompt with the `generate` it is handed (the
+             rollout actors);
+3. score     them with the `score` it is handed (the reward: sandbox for code, verifier for
+             math); with `algo.filter_equal_groups`, groups whose rewards are all equal are
+             dropped and more prompts drawn, up to `algo.max_topup_rounds` times;
+4. batch     drop groups more than `algo.max_staleness` versions old, compute group-relative
+             advantages, and cut the batch into one shard per learner rank;
+
+then hands the shards to the learner and the new weights to the rollout actors. Steps 1-3 are
+`collect`, step 4 is `make_batch`; `step_metrics` and `sample_rows` turn a finished step into
+what is logged. Nothing here knows about Ray: tests drive it with fake engines and judges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlrun import batching
+from rlrun.algo import merge_metrics
+from rlrun.config import Config
+from rlrun.data_order import DataOrder
+from rlrun.engines.base import SamplingParams
+from rlrun.records import VERDICT_STATUSES, Problem, Sample, ScoredSample
+
+# generate(prompts, sampling) -> sampling.n samples per prompt, in prompt order
+GenerateFn = Callable[[list[str], SamplingParams], list[list[Sample]]]
+# score(problems, samples) -> one scored sample per sample; problems[i] belongs to samples[i]
+ScoreFn = Callable[[list[Problem], list[Sample]], list[ScoredSample]]
+
+
+@dataclass
+class Rollout:
+    """Steps 1-3 of one batch: the scored groups and where the data order stands after them."""
+
+    groups: list[batching.Group]
+    data_position: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Batch:
+    """Step 4: the groups trained on, their samples with advantages, one shard per rank."""
+
+    groups: list[batching.Group]
+    samples: list[batching.TrainSample]
+    shards: list[batching.Shard]
+    dropped: int  # samples dropped as too stale
+
+
+def sampling_seed(seed: int, data_position: int) -> int:
+    """The sampling seed of the prompts drawn at `data_position`: it follows the data order, so
+    a resumed run samples what the uninterrupted run would have."""
+    return seed * 1_000_003 + data_position
+
+
+def collect(
+    problems: list[Problem],
+    prompts: list[str],
+    order: DataOrder,
+    generate: GenerateFn,
+    score: ScoreFn,
+    cfg: Config,
+    judges_code: bool = False,
+) -> Rollout:
+    """Steps 1-3: draw, generate and score until the batch holds `algo.prompts_per_step`
+    groups (or the top-up rounds run out). `prompts[i]` is the rendered prompt of
+    `problems[i]`; `judges_code` adds the sandbox verdict counts to the metrics."""
+    algo = cfg.algo
+    groups: list[batching.Group] = []
+    seen = equal = tokens = 0
+    t_generate = t_score = 0.0
+    verdicts: Counter[str] = Counter()
+    for _ in range(algo.max_topup_rounds + 1):
+        # 1. draw
+        start = order.position
+        indices = order.draw(algo.prompts_per_step - len(groups))
+        # 2. generate
+        t0 = time.perf_counter()
+        sampling = SamplingParams.from_config(
+            cfg.rollout.sampling, n=algo.group_size, seed=sampling_seed(cfg.run.seed, start)
+        )
+        generated = generate([prompts[i] for i in indices], sampling)
+        t_generate += time.perf_counter() - t0
+        # 3. score
+        t0 = time.perf_counter()
+        flat_problems, flat_samples = [], []
+        for k, (index, samples) in enumerate(zip(indices, generated, strict=True)):
+            for sample in samples:
+                flat_problems.append(problems[index])
+                flat_samples.append(dataclasses.replace(
+                    sample, problem_id=problems[index].id, group_id=start + k
+                ))
+                tokens += len(sample.response_ids)
+        scored = score(flat_problems, flat_samples)
+        t_score += time.perf_counter() - t0
+        verdicts.update(v.status for s in scored for v in s.verdicts)
+        G = algo.group_size
+        new = [batching.Group(i, scored[k * G : (k + 1) * G]) for k, i in enumerate(indices)]
+        informative, flat = batching.split_informative(new)
+        seen += len(new)
+        equal += len(flat)
+        groups += informative if algo.filter_equal_groups else new
+        if len(groups) >= algo.prompts_per_step or not algo.filter_equal_groups:
+            break
+    metrics = {
+        "train/all_equal_frac": equal / max(seen, 1),
+        "perf/time_generate": t_generate,
+        "perf/time_reward": t_score,
+        "perf/rollout_tokens_per_s": tokens / t_generate if t_generate > 0 else 0.0,
+    }
+    if judges_code:
+        metrics["sandbox/tests_per_s"] = sum(verdicts.values()) / t_score if t_score else 0.0
+        metrics |= {f"sandbox/{status}": float(verdicts[status]) for status in VERDICT_STATUSES}
+    return Rollout(groups, order.position, metrics)
+
+
+def make_batch(rollout: Rollout, version: int, step: int, cfg: Config) -> Batch:
+    """Step 4 for a learner at weight version `version`: drop stale groups, keep as many as
+    divide into equal rank shares, compute advantages, cut the shards."""
+    algo, world = cfg.algo, cfg.learner.num_workers
+    groups, dropped = batching.drop_stale(rollout.groups, version, algo.max_staleness)
+    groups = batching.trim_groups(groups, algo.mini_batches * world)
+    samples = batching.to_train_samples(groups, algo.scale_rewards, algo.negative_advantage_scale)
+    if not samples:
+        return Batch(groups, samples, [batching.Shard([]) for _ in range(world)], dropped)
+    shards = batching.make_shards(
+        samples, step=step, world_size=world, epochs=algo.epochs, mini_batches=algo.mini_batches,
+        max_len=cfg.rollout.sampling.max_new_tokens, seed=cfg.run.seed,
+    )
+    return Batch(groups, samples, shards, dropped)
+
+
+def merge_rank_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """One step's learner metrics from every rank's: the loss terms are per-rank shares of the
+    global loss and add up (`rlrun.algo.merge_metrics`); the rest (grad norm, lr, skipped
+    updates) is the same on every rank, so rank 0's stands for all."""
+    losses = merge_metrics({k: v for k, v in m.items() if k.startswith("loss/")} for m in per_rank)
+    return losses | {k: v for k, v in per_rank[0].items() if not k.startswith("loss/")}
+
+
+def step_metrics(
+    batch: Batch,
+    rollout: Rollout,
+    learner: dict[str, float],
+    version: int,
+    timings: dict[str, float],
+) -> dict[str, float]:
+    """Everything one step logs: batch statistics, the rollout's and the learner's metrics,
+    and `timings` (perf/time_rollout, perf/time_train, perf/time_sync, ... in seconds)."""
+    tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in batch.samples)
+    t_train = timings.get("perf/time_train", 0.0)
+    return (
+        batching.batch_metrics(batch.groups, version)
+        | rollout.metrics
+        | learner
+        | {
+            "async/dropped_samples": float(batch.dropped),
+            "train/samples": float(len(batch.samples)),
+            "perf/train_tokens_per_s": tokens / t_train if t_train > 0 else 0.0,
+        }
+        | timings
+    )
+
+
+def sample_rows(groups: list[batching.Group], prompts: list[str]) -> list[dict[str, Any]]:
+    """One samples.jsonl row per completion trained on."""
+    return [
+        {
+            "problem_id": s.sample.problem_id,
+            "prompt": prompts[g.problem_index],
+            "response": s.sample.response_text,
+            "reward": s.reward,
+            "components": dict(s.components),
+        }
+        for g in groups
+        for s in g.scored
+    ]
