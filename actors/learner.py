@@ -34,8 +34,19 @@ from actors.pool import first_line
 from rlrun import checkpoint
 from rlrun.batching import Shard
 from rlrun.config import Config
+from rlrun.models import DTYPES
 from rlrun.step import merge_rank_metrics
 from rlrun.weights import WeightUpdate, make_sender
+from rlrun.weights.buckets import ParamMeta
+from rlrun.weights.collective import (
+    Channel,
+    GroupInfo,
+    SendStats,
+    TorchChannel,
+    VLLMChannel,
+    send,
+)
+from rlrun.weights.source import WeightSource
 
 
 class LearnerFailed(RuntimeError):
@@ -48,6 +59,8 @@ class LearnerWorker:
 
     def __init__(self, cfg: Config, model_path: str, rank: int, world: int) -> None:
         self.cfg, self.model_path, self.rank, self.world = cfg, model_path, rank, world
+        self.channel: Channel | None = None
+        self.channel_device = torch.device("cpu")
 
     def ping(self) -> bool:
         return True
@@ -62,7 +75,8 @@ class LearnerWorker:
         """Join the process group, build the policy and optimizer, restore `restore` if given."""
         import torch.distributed as dist
 
-        from rlrun.models import load_causal_lm, load_tokenizer
+        from rlrun.models import load_tokenizer
+        from rlrun.policy_model import build_policy
         from rlrun.policy_update import warmup_schedule
 
         cfg = self.cfg
@@ -74,54 +88,87 @@ class LearnerWorker:
         )
         self.device = torch.device("cuda", 0) if gpu else torch.device("cpu")
         torch.manual_seed(cfg.run.seed + self.rank)
-        model = load_causal_lm(self.model_path, cfg.model.dtype).to(self.device)
-        self.model = model
+        self.policy = build_policy(cfg, self.model_path, self.device, self.world)
+        self.model = self.policy.model
         self.tokenizer = load_tokenizer(self.model_path)
-        self.ref_model = None
-        if cfg.algo.kl_coef > 0:
-            self.ref_model = load_causal_lm(self.model_path, cfg.model.dtype).to(self.device)
-            self.ref_model.requires_grad_(False)
-        if self.world > 1:
-            ids = [0] if gpu else None
-            self.policy = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-        else:
-            self.policy = model
-        # Built after the model is on its device, so restored optimizer state lands there too.
+        # Built after the model is sharded and on its device, so restored optimizer state lands
+        # where the parameters live.
         self.optimizer = torch.optim.AdamW(
-            model.parameters(), lr=cfg.learner.lr, weight_decay=cfg.learner.weight_decay
+            self.policy.trainable(), lr=cfg.learner.lr, weight_decay=cfg.learner.weight_decay
         )
         self.scheduler = warmup_schedule(self.optimizer, cfg.learner.warmup_steps)
         if restore is None:
             return checkpoint.TrainState()
         with checkpoint.readable(restore) as path:
-            return checkpoint.load_shards(path, self.policy, self.optimizer, self.scheduler,
+            return checkpoint.load_shards(path, self.model, self.optimizer, self.scheduler,
                                           self.rank)
 
     def train(self, shard: Shard) -> dict[str, float]:
         from rlrun.policy_update import train_on_shard
 
         return train_on_shard(
-            self.policy, self.optimizer, self.scheduler, shard, self.cfg,
-            self.tokenizer.pad_token_id, world_size=self.world, ref_model=self.ref_model,
+            self.policy.train_module, self.optimizer, self.scheduler, shard, self.cfg,
+            self.tokenizer.pad_token_id, world_size=self.world, ref_model=self.policy.ref,
             device=self.device,
         )
 
-    def publish(self, version: int) -> WeightUpdate:
-        """Rank 0: the current weights as object-store update `version`, owned by this rank."""
-        return make_sender("object_store").publish(version, self.model.state_dict())
+    def publish(self, version: int) -> WeightUpdate | None:
+        """The current weights as object-store update `version`, put (and owned) by rank 0;
+        every rank that `LearnerGroup.senders` names takes part in gathering them."""
+        weights = dict(self._source())
+        return make_sender("object_store").publish(version, weights) if self.rank == 0 else None
+
+    def weight_metadata(self) -> list[ParamMeta]:
+        return self._source().metadata()
+
+    def open_weight_group(self, info: GroupInfo | None) -> None:
+        """Rank 0 (`info` given) hosts the collective weight group, which returns once every
+        engine has joined; the other ranks only take part in sends (FSDP2 gathers)."""
+        self.close_weight_group()
+        if info is not None:
+            engine = self.cfg.rollout.engine
+            self.channel = VLLMChannel(info) if engine == "vllm" else TorchChannel(info)
+            self.channel_device = torch.device(info.device)
+
+    def send_weights(self) -> SendStats:
+        """Stream the current weights to the engines (rank 0 sends; every rank walks the
+        source in step)."""
+        return send(
+            self._source(), self.channel, self.cfg.weights.bucket_mb << 20, self.channel_device,
+            # vLLM loads the buckets itself and cannot check them; rlrun's engines do.
+            with_checksums=self.cfg.rollout.engine != "vllm",
+        )
+
+    def close_weight_group(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+    def _source(self) -> WeightSource:
+        """The weights as the engines load them (merged, in model.dtype)."""
+        return WeightSource(self.model, DTYPES[self.cfg.model.dtype])
 
     def save(self, path: str, state: checkpoint.TrainState) -> None:
-        """Every rank: write this rank's part of the checkpoint at `path`."""
+        """Every rank: write this rank's part of the checkpoint at `path` (with LoRA, the
+        adapters and their optimizer state only; else also the model in HF format)."""
         with checkpoint.writable(path) as local:
-            checkpoint.save_shards(local, self.policy, self.optimizer, self.rank)
-            checkpoint.export_hf(local / "model", self.policy, self.tokenizer, self.rank)
+            checkpoint.save_shards(local, self.model, self.optimizer, self.rank)
+            if not self.policy.lora:
+                self._export(local / "model")
             if self.rank == 0:
                 checkpoint.save_state(local, state, self.scheduler)
 
     def export(self, path: str) -> None:
-        """Every rank: the current policy as a Hugging Face model directory at `path`."""
+        """Every rank: the current policy (LoRA merged) as a Hugging Face model at `path`."""
         with checkpoint.writable(path) as local:
-            checkpoint.export_hf(local, self.policy, self.tokenizer, self.rank)
+            self._export(local)
+
+    def _export(self, path: Any) -> None:
+        # Whole tensors (gathered under FSDP2), LoRA merged; a LoRA base stays in model.dtype.
+        dtype = self.policy.compute_dtype if self.policy.lora else self.policy.master_dtype
+        weights = dict(WeightSource(self.model, dtype))
+        if self.rank == 0:
+            checkpoint.export_hf(path, self.model, weights, self.tokenizer)
 
 
 class LearnerGroup:
@@ -170,7 +217,12 @@ class LearnerGroup:
         return merge_rank_metrics(per_rank)
 
     def publish(self, version: int) -> WeightUpdate:
-        return self._get(self.workers[0].publish.remote(version), "publish")
+        return self._all([w.publish.remote(version) for w in self.senders()], "publish")[0]
+
+    def senders(self) -> list[Any]:
+        """The ranks that take part in sending weights: every rank under FSDP2 (whole
+        parameters are gathers), rank 0 alone under DDP (it holds them whole)."""
+        return self.workers if self.cfg.learner.strategy == "fsdp2" else self.workers[:1]
 
     def save(self, state: checkpoint.TrainState) -> None:
         """Write the checkpoint of `state.step` on every rank, then record it as complete."""

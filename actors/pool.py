@@ -114,6 +114,15 @@ class ActorPool:
         with self._lock:
             return [slot.name for slot in self._slots]
 
+    def exclusive(self) -> threading.RLock:
+        """Held, no other thread sends a call to the pool's actors (`with pool.exclusive():`)."""
+        return self._lock
+
+    def slots(self) -> list[tuple[Any, int]]:
+        """(actor, incarnation) of every slot; `replace` takes an incarnation back."""
+        with self._lock:
+            return [(slot.actor, slot.incarnation) for slot in self._slots]
+
     def done_per_slot(self) -> list[int]:
         """Items each slot has returned results for since the pool started."""
         with self._lock:
@@ -160,7 +169,7 @@ class ActorPool:
                     del request.pending[ref]
                     self._release(chunk)
                     slot = self._slots[chunk.slot]
-                    self._replace(chunk.slot, chunk.incarnation)
+                    self.replace(chunk.slot, chunk.incarnation)
                     self._retry(request, chunk, (
                         f"{self.role} actor {slot.name} did not finish {request.what} within "
                         f"{self.timeout_s:g}s ({self.timeout_key})"
@@ -181,9 +190,9 @@ class ActorPool:
             try:
                 ray.get(ref, timeout=0)  # ready: this only raises what the call raised
             except DEAD:
-                self._replace(*calls[ref])
+                self.replace(*calls[ref])
         for ref in late:
-            self._replace(*calls[ref])
+            self.replace(*calls[ref])
 
     # ------------------------------------------------------------------ internals
 
@@ -212,7 +221,7 @@ class ActorPool:
         try:
             results = ray.get(ref, timeout=0)  # ready: this only raises what the call raised
         except DEAD as err:
-            self._replace(chunk.slot, chunk.incarnation)
+            self.replace(chunk.slot, chunk.incarnation)
             return self._retry(request, chunk,
                                f"{self.role} actor {name} died: {first_line(err)}")
         except RayError as err:
@@ -253,7 +262,7 @@ class ActorPool:
             self._send(request, part)
         return None
 
-    def _replace(self, index: int, incarnation: int) -> None:
+    def replace(self, index: int, incarnation: int) -> None:
         """Start a new actor in slot `index` unless another caller already replaced the
         `incarnation` that failed."""
         with self._lock:

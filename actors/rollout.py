@@ -1,7 +1,9 @@
 """Rollout actors: `RolloutActor` wraps one generation engine; `RolloutGroup` drives N of them.
 
-The driver places the group: it hands over a placement group with one bundle per actor, and
-actor i (and any replacement of it) sits on bundle i. The group
+The driver places the group: it hands over a placement group built from
+`rlrun.cluster.rollout_demand`, one bundle per actor, or for vLLM with tensor parallelism one
+{GPU: 1} bundle per tensor-parallel rank; actor i (and any replacement of it) takes the bundles
+of slot i. The group
 
 1. cuts a request into chunks and deals them over the actors (`actors.pool.ActorPool`). The HF
    engine gets chunks of about `rollout.batch_size` sequences; vLLM gets one chunk per actor,
@@ -21,10 +23,13 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.pool import ActorPool, Chunk
+from rlrun.cluster import rollout_demand
 from rlrun.config import Config
 from rlrun.engines import SamplingParams
 from rlrun.records import Sample
 from rlrun.weights import WeightUpdate, make_receiver
+from rlrun.weights.buckets import ParamMeta
+from rlrun.weights.collective import GroupInfo
 
 
 @ray.remote
@@ -34,13 +39,37 @@ class RolloutActor:
     def __init__(self, cfg: Config, model_path: str) -> None:
         from rlrun.engines import make_engine
 
-        self.engine = make_engine(cfg.rollout.engine, model_path, cfg.rollout, cfg.model.dtype)
+        self.engine = make_engine(
+            cfg.rollout.engine, model_path, cfg.rollout, cfg.model.dtype,
+            weights_backend=cfg.weights.backend, sleep_mode=cfg.placement.mode == "colocated",
+            seed=cfg.run.seed,
+        )
 
     def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
         return self.engine.generate(prompts, sampling)
 
     def load_weights(self, update: WeightUpdate) -> None:
         self.engine.load_weights(update.version, make_receiver(update.backend).receive(update))
+
+    # The collective backend (rlrun.weights.collective), phase by phase.
+
+    def init_weight_transfer(self, info: GroupInfo) -> None:
+        self.engine.init_weight_transfer(info)
+
+    def start_weight_update(self, version: int) -> None:
+        self.engine.start_weight_update(version)
+
+    def update_weights(self, metas: list[ParamMeta]) -> None:
+        self.engine.update_weights(metas)
+
+    def finish_weight_update(self, version: int, checksums: list[int]) -> None:
+        self.engine.finish_weight_update(version, checksums)
+
+    def sleep(self, level: int) -> None:
+        self.engine.sleep(level)
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        self.engine.wake_up(tags)
 
     def version(self) -> int:
         return self.engine.version
@@ -55,14 +84,30 @@ class RolloutGroup:
         self.cfg = cfg
         self.update: WeightUpdate | None = None
 
+        demand = rollout_demand(cfg)
+        per_actor = demand.bundles_per_actor
+
         def start(slot: int, name: str) -> Any:
+            first = slot * per_actor  # a replacement takes its predecessor's bundles
+            options: dict[str, Any] = {"num_gpus": cfg.rollout.num_gpus}
+            if demand.gpu_per_bundle:
+                # vLLM starts one Ray worker per tensor-parallel rank on the bundles named in
+                # VLLM_RAY_BUNDLE_INDICES; the actor itself holds no GPU, or worker 0 could
+                # never be placed on its bundle. Colocated, each worker takes only its share
+                # of a GPU a learner rank also uses.
+                env = {"VLLM_RAY_BUNDLE_INDICES": ",".join(str(first + k)
+                                                           for k in range(per_actor))}
+                if cfg.placement.mode == "colocated":
+                    env["VLLM_RAY_PER_WORKER_GPUS"] = str(cfg.rollout.num_gpus)
+                options = {"num_gpus": 0, "runtime_env": {"env_vars": env}}
             return RolloutActor.options(
                 name=name,
                 num_cpus=cfg.rollout.num_cpus,
-                num_gpus=cfg.rollout.num_gpus,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group, placement_group_bundle_index=slot
+                    placement_group, placement_group_bundle_index=first,
+                    placement_group_capture_child_tasks=demand.gpu_per_bundle,
                 ),
+                **options,
             ).remote(cfg, model_path)
 
         self.pool = ActorPool(
@@ -109,6 +154,13 @@ class RolloutGroup:
         """Load a published version into every actor (a dead one is replaced and loads it)."""
         self.update = update
         self.pool.call_all(lambda actor: actor.load_weights.remote(update), "load_weights")
+
+    def sleep(self, level: int) -> None:
+        """Colocated placement: free the GPUs for the learner (see the engines' `sleep`)."""
+        self.pool.call_all(lambda actor: actor.sleep.remote(level), "sleep")
+
+    def wake_up(self, tags: list[str]) -> None:
+        self.pool.call_all(lambda actor: actor.wake_up.remote(tags), "wake_up")
 
     def versions(self) -> list[int]:
         """The weight version each actor holds."""

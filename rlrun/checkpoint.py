@@ -3,9 +3,11 @@
 A checkpoint is one directory per saved step, `run.output_dir/learner/step_NNNNNN/`, holding
 
 - `model/`: the policy in Hugging Face format with its tokenizer (loadable by transformers and
-  vLLM with `from_pretrained(".../model")`);
-- `dcp/`: model and optimizer state written with `torch.distributed.checkpoint` by every rank
-  (each its own shards under FSDP2), so a run resumes on any number of ranks;
+  vLLM with `from_pretrained(".../model")`); not with LoRA, whose checkpoints hold only the
+  adapters (the driver exports the merged model at the end of the run);
+- `dcp/`: the trained weights (with LoRA: the adapters) and optimizer state written with
+  `torch.distributed.checkpoint` by every rank (each its own shards under FSDP2), so a run
+  resumes on any number of ranks;
 - `rng/rank_R.pt`: each rank's torch (CPU and CUDA), numpy and Python RNG states;
 - `state.json`: `TrainState` (step, weight version, data position, skipped updates) and the
   learning-rate schedule.
@@ -103,15 +105,27 @@ def readable(path: str) -> Iterator[Path]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def save_shards(
-    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int
-) -> None:
-    """Every rank: its part of the model and optimizer state, and its RNG states."""
-    import torch.distributed.checkpoint as dcp
+def _trained_state(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """The model entries that train (all of them, or only LoRA adapters) and the optimizer."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(path / "dcp"))
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    if len(trained) < len(list(model.parameters())):  # a frozen base: keep only the adapters
+        model_state = {k: v for k, v in model_state.items() if k in trained}
+    return {"model": model_state, "optimizer": optim_state}
+
+
+def save_shards(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int
+) -> None:
+    """Every rank: its part of the trained weights (with LoRA: the adapters) and optimizer
+    state, and its RNG states."""
+    import torch.distributed.checkpoint as dcp
+
+    dcp.save(_trained_state(model, optimizer), checkpoint_id=str(path / "dcp"))
     (path / "rng").mkdir(parents=True, exist_ok=True)
     torch.save(_rng_state(), path / "rng" / f"rank_{rank}.pt")
 
@@ -122,18 +136,16 @@ def save_state(path: Path, state: TrainState, scheduler: Any) -> None:
     (path / "state.json").write_text(json.dumps(record, indent=2))
 
 
-def export_hf(path: Path, model: torch.nn.Module, tokenizer: Any, rank: int) -> None:
-    """Every rank: gather the full weights (a collective under FSDP2); rank 0 writes them with
-    the tokenizer as a Hugging Face model directory."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    full = get_model_state_dict(
-        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-    )
-    if rank == 0:
-        unwrapped = getattr(model, "module", model)
-        unwrapped.save_pretrained(path, state_dict=full, safe_serialization=True)
-        tokenizer.save_pretrained(path)
+def export_hf(
+    path: Path, model: torch.nn.Module, weights: dict[str, torch.Tensor], tokenizer: Any
+) -> None:
+    """Write `weights` (whole tensors under Hugging Face names, e.g. from a
+    `rlrun.weights.source.WeightSource`) as a Hugging Face model directory with `model`'s config
+    and the tokenizer: loadable by transformers and vLLM."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    cpu = {name: t.to("cpu") for name, t in weights.items()}
+    base.save_pretrained(path, state_dict=cpu, safe_serialization=True)
+    tokenizer.save_pretrained(path)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -150,13 +162,13 @@ def load_shards(
     """Every rank: restore model, optimizer, schedule and this rank's RNG from `path` (written
     by any number of ranks); returns the TrainState."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-    model_state, optim_state = get_state_dict(model, optimizer)
-    saved = {"model": model_state, "optimizer": optim_state}
+    saved = _trained_state(model, optimizer)
     dcp.load(saved, checkpoint_id=str(path / "dcp"))
     set_state_dict(model, optimizer, model_state_dict=saved["model"],
-                   optim_state_dict=saved["optimizer"])
+                   optim_state_dict=saved["optimizer"],
+                   options=StateDictOptions(strict=False))  # LoRA: adapters only
     record = json.loads((path / "state.json").read_text())
     scheduler.load_state_dict(record["scheduler"])
     rng = path / "rng" / f"rank_{rank}.pt"

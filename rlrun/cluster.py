@@ -33,20 +33,51 @@ class Demand:
     count: int
     cpus: float
     gpus: float
+    # One {GPU: 1} bundle per GPU of an actor, the first also holding its CPUs: how vLLM's Ray
+    # executor places tensor-parallel workers (it refuses a bundle with more than one GPU).
+    gpu_per_bundle: bool = False
 
     def bundles(self) -> list[dict[str, float]]:
-        bundle = {"CPU": self.cpus} | ({"GPU": self.gpus} if self.gpus else {})
-        return [dict(bundle) for _ in range(self.count)]
+        """The placement-group bundles of all `count` actors; actor i's start at index
+        `i * bundles_per_actor`."""
+        if self.gpu_per_bundle:
+            first = {"CPU": self.cpus, "GPU": 1.0}
+            per_actor = [first] + [{"GPU": 1.0}] * (self.bundles_per_actor - 1)
+        else:
+            per_actor = [{"CPU": self.cpus} | ({"GPU": self.gpus} if self.gpus else {})]
+        return [dict(b) for _ in range(self.count) for b in per_actor]
+
+    @property
+    def bundles_per_actor(self) -> int:
+        return int(self.gpus) if self.gpu_per_bundle else 1
+
+
+def rollout_demand(cfg: Config) -> Demand:
+    """The rollout actors' needs; vLLM with tensor parallelism gets a bundle per GPU."""
+    tp = cfg.rollout.tensor_parallel_size
+    return Demand("rollout", "rollout.num_actors", cfg.rollout.num_actors, cfg.rollout.num_cpus,
+                  cfg.rollout.num_gpus, gpu_per_bundle=cfg.rollout.engine == "vllm" and tp > 1)
+
+
+def colocated_demand(cfg: Config) -> Demand:
+    """`placement.mode=colocated`: one bundle per learner rank, holding that rank and the
+    rollout rank that shares its GPU (learner rank r and bundle r; rollout actor i from bundle
+    i * tensor_parallel_size)."""
+    gpus = 1.0 if cfg.learner.num_gpus > 0 else 0.0
+    return Demand("colocated", "learner.num_workers", cfg.learner.num_workers,
+                  cfg.learner.num_cpus + cfg.rollout.num_cpus, gpus)
 
 
 def demands(cfg: Config, needs_sandbox: bool) -> list[Demand]:
     """What each role asks for, from config."""
-    out = [
-        Demand("rollout", "rollout.num_actors", cfg.rollout.num_actors,
-               cfg.rollout.num_cpus, cfg.rollout.num_gpus),
-        Demand("learner", "learner.num_workers", cfg.learner.num_workers,
-               cfg.learner.num_cpus, cfg.learner.num_gpus),
-    ]
+    if cfg.placement.mode == "colocated":
+        out = [colocated_demand(cfg)]
+    else:
+        out = [
+            rollout_demand(cfg),
+            Demand("learner", "learner.num_workers", cfg.learner.num_workers,
+                   cfg.learner.num_cpus, cfg.learner.num_gpus),
+        ]
     if needs_sandbox:
         out.append(Demand("sandbox", "sandbox.num_actors", cfg.sandbox.num_actors,
                           cfg.sandbox.num_cpus, 0.0))

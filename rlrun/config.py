@@ -45,7 +45,7 @@ class TinyModelConfig:
 class ModelConfig:
     path: str = "tiny"  # HF hub id or local dir; "tiny": a small Qwen3 with a byte tokenizer
     tokenizer: str | None = None  # tokenizer id or path (null: same as path)
-    dtype: str = "float32"  # float32 | bfloat16 | float16
+    dtype: str = "float32"  # float32 | bfloat16 | float16: the rollout engines' weights and the learner's compute
     chat_template: bool = False  # wrap prompts with the tokenizer's chat template (instruct models)
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
@@ -118,8 +118,16 @@ class RolloutConfig:
 
 
 @dataclass
+class LoraConfig:
+    rank: int = 0  # LoRA rank r (0: full fine-tuning)
+    alpha: float = 16.0  # LoRA scaling numerator (updates scale by alpha / rank)
+    dropout: float = 0.0  # dropout on the LoRA input
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])  # module names that get adapters
+
+
+@dataclass
 class LearnerConfig:
-    num_workers: int = 1  # Ray Train workers (ranks)
+    num_workers: int = 1  # learner ranks (data-parallel)
     num_cpus: float = 1.0  # CPUs per learner rank
     num_gpus: float = 0.0  # GPUs per learner rank (0: CPU with gloo)
     lr: float = 1e-5  # AdamW learning rate
@@ -127,9 +135,28 @@ class LearnerConfig:
     warmup_steps: int = 0  # linear learning-rate warm-up
     grad_clip: float = 1.0  # max global grad norm (0: off)
     micro_batch_size: int = 16  # sequences per forward/backward (gradient accumulation below it)
+    max_tokens_per_micro_batch: int | None = None  # also cut micro-batches at this many prompt+response tokens (null: rows only)
     shared_prompt_forward: bool = True  # one row per prompt and its completions, not per completion
+    strategy: str = "ddp"  # ddp (a full replica per rank) | fsdp2 (weights, grads and optimizer state sharded over ranks)
+    master_dtype: str = "float32"  # dtype of the trained weights and optimizer state (compute runs in model.dtype)
+    cpu_offload: bool = False  # fsdp2: keep sharded weights and optimizer state in CPU memory between uses
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more compute
+    attention: str = "sdpa"  # sdpa | eager | flash_attention_2 (packs responses by position ids; needs flash-attn)
+    lora: LoraConfig = field(default_factory=LoraConfig)
     max_failures: int = 1  # restarts of the learner group from its latest checkpoint
     timeout_s: float = 1800.0  # deadline of one call to the ranks (a step, a save); later is a failure
+
+
+@dataclass
+class WeightsConfig:
+    backend: str = "object_store"  # object_store (CPU, small models) | collective (packed broadcast: gloo on CPU, NCCL on GPU) | ipc (colocated, CUDA IPC)
+    bucket_mb: int = 1024  # collective: bytes per packed broadcast (vLLM's default 1 GiB)
+    timeout_s: float = 600.0  # deadline of each phase of a sync (rendezvous, transfer, finish)
+
+
+@dataclass
+class PlacementConfig:
+    mode: str = "split"  # split (learner and rollout on their own GPUs) | colocated (shared GPUs, vLLM asleep while the learner trains)
 
 
 @dataclass
@@ -255,6 +282,8 @@ class Config:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    weights: WeightsConfig = field(default_factory=WeightsConfig)
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
@@ -275,6 +304,11 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algo.is_correction": ("none", "token", "sequence"),
     "algo.is_mode": ("truncate", "mask"),
     "rollout.engine": ("hf", "vllm"),
+    "learner.strategy": ("ddp", "fsdp2"),
+    "learner.master_dtype": ("float32", "bfloat16", "float16"),
+    "learner.attention": ("sdpa", "eager", "flash_attention_2"),
+    "weights.backend": ("object_store", "collective", "ipc"),
+    "placement.mode": ("split", "colocated"),
     "sandbox.backend": ("process", "docker", "bwrap"),
     "reward.math_extractor": ("strict", "flexible", "boxed", "math_verify"),
     "reward.code_scoring": ("fraction", "all_or_nothing"),
@@ -288,12 +322,14 @@ POSITIVE: tuple[str, ...] = (
     "sandbox.workers_per_actor", "sandbox.time_limit_s", "sandbox.memory_limit_mb",
     "trainer.steps", "trainer.eval_samples", "algo.is_cap", "sft.batch_size",
     "trainer.keep_checkpoints", "rollout.timeout_s", "learner.timeout_s", "sandbox.timeout_s",
+    "weights.bucket_mb", "weights.timeout_s",
 )
 NON_NEGATIVE: tuple[str, ...] = (
     "algo.max_staleness", "algo.clip_low", "algo.clip_high", "algo.kl_coef",
     "algo.entropy_coef", "learner.lr", "learner.grad_clip", "trainer.eval_every",
     "trainer.checkpoint_every", "rollout.num_gpus", "learner.num_gpus",
     "rollout.sampling.temperature", "rollout.sampling.top_k", "algo.max_topup_rounds",
+    "learner.lora.rank", "learner.lora.dropout",
 )
 
 
@@ -362,13 +398,81 @@ def validate(cfg: Config | DictConfig) -> None:
             "algo.is_correction", "none",
             "off-policy training (algo.max_staleness > 0) needs token or sequence IS correction",
         )
-    if cfg.rollout.engine == "vllm" and cfg.rollout.num_gpus <= 0:
-        _fail("rollout.num_gpus", cfg.rollout.num_gpus, "the vllm engine needs rollout.num_gpus > 0")
+    _validate_gpu_layout(cfg)
+    _validate_precision(cfg)
     for i, rfn in enumerate(cfg.reward.fns):
         if rfn.fn != "builtin" and ":" not in rfn.fn:
             _fail(f"reward.fns.{i}.fn", rfn.fn, "use builtin or module:function")
     if not cfg.reward.fns:
         _fail("reward.fns", [], "at least one reward function is needed")
+
+
+def _validate_gpu_layout(cfg: Config) -> None:
+    """Rollout GPUs vs tensor parallelism, weight backends vs placement."""
+    rollout, learner, backend = cfg.rollout, cfg.learner, cfg.weights.backend
+    tp, colocated = rollout.tensor_parallel_size, cfg.placement.mode == "colocated"
+    if tp < 1:
+        _fail("rollout.tensor_parallel_size", tp, "must be >= 1")
+    if rollout.engine == "vllm":
+        if colocated:
+            if not 0 < rollout.num_gpus < 1:
+                _fail("rollout.num_gpus", rollout.num_gpus,
+                      "with placement.mode=colocated each vLLM rank takes a share of a GPU the "
+                      "learner also uses: set a fraction such as 0.5")
+        elif rollout.num_gpus != tp:
+            _fail("rollout.num_gpus", rollout.num_gpus,
+                  f"a vLLM rollout actor needs one GPU per tensor-parallel rank: set "
+                  f"rollout.num_gpus={tp} (rollout.tensor_parallel_size={tp})")
+    elif tp > 1:
+        _fail("rollout.tensor_parallel_size", tp, "tensor parallelism needs rollout.engine=vllm")
+    if backend == "ipc" and not (colocated and rollout.engine == "vllm"):
+        _fail("weights.backend", backend,
+              "CUDA IPC hands weights to a vLLM engine on the same GPU: it needs "
+              "placement.mode=colocated and rollout.engine=vllm (use collective otherwise)")
+    if backend == "collective" and rollout.engine == "vllm" and learner.num_gpus <= 0:
+        _fail("weights.backend", backend,
+              "vLLM receives weights over NCCL, so the learner must be on GPUs "
+              "(learner.num_gpus > 0)")
+    if colocated:
+        if cfg.algo.max_staleness > 0:
+            _fail("algo.max_staleness", cfg.algo.max_staleness,
+                  "with placement.mode=colocated the engines sleep while the learner trains, so "
+                  "generation cannot overlap training: set algo.max_staleness=0")
+        if (learner.num_gpus > 0) != (rollout.num_gpus > 0):
+            _fail("placement.mode", "colocated",
+                  "colocated placement shares devices: set both learner.num_gpus and "
+                  "rollout.num_gpus, or neither (the CPU twin)")
+        if learner.num_gpus + rollout.num_gpus > 1:
+            _fail("learner.num_gpus", learner.num_gpus,
+                  f"with placement.mode=colocated a GPU holds one learner rank and one rollout "
+                  f"rank: learner.num_gpus + rollout.num_gpus={rollout.num_gpus} must be <= 1")
+        if learner.num_workers != rollout.num_actors * tp:
+            _fail("learner.num_workers", learner.num_workers,
+                  f"with placement.mode=colocated every GPU holds one learner rank and one vLLM "
+                  f"rank: rollout.num_actors*rollout.tensor_parallel_size="
+                  f"{rollout.num_actors * tp} must equal learner.num_workers")
+
+
+# Below this learning rate an AdamW step (about lr per weight) is less than half the spacing
+# of bf16 numbers around a typical weight of magnitude 0.02 (2**-7 * 0.02 / 2 = 7.8e-5), so it
+# rounds away: with lr 1e-6, 98% of a model's bf16 weights are bit-identical after 10 steps.
+MIN_LR_LOW_PRECISION = 7.8e-5
+
+
+def _validate_precision(cfg: Config) -> None:
+    learner = cfg.learner
+    if learner.master_dtype != "float32" and learner.lr < MIN_LR_LOW_PRECISION:
+        _fail("learner.master_dtype", learner.master_dtype,
+              f"AdamW steps of lr={learner.lr:g} round away in {learner.master_dtype} weights "
+              f"(smaller than half their spacing near 0.02, so most weights never change): set "
+              f"learner.master_dtype=float32, which keeps fp32 weights and optimizer state and "
+              f"still computes in model.dtype")
+    if learner.cpu_offload and learner.strategy != "fsdp2":
+        _fail("learner.cpu_offload", True, "offloading shards needs learner.strategy=fsdp2")
+    if learner.lora.rank and not learner.lora.target_modules:
+        _fail("learner.lora.target_modules", [], "LoRA needs at least one module name to adapt")
+    if learner.attention == "flash_attention_2" and learner.num_gpus <= 0:
+        _fail("learner.attention", learner.attention, "flash attention needs learner.num_gpus > 0")
 
 
 def _schema() -> DictConfig:

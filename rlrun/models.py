@@ -227,13 +227,17 @@ def load_tokenizer(path: str) -> Any:
     return tokenizer
 
 
-def load_causal_lm(path: str, dtype: str = "float32") -> torch.nn.Module:
-    """The causal LM at `path` in `dtype`, on CPU, in eval mode."""
+def load_causal_lm(
+    path: str, dtype: str = "float32", attention: str | None = None
+) -> torch.nn.Module:
+    """The causal LM at `path` in `dtype`, on CPU, in eval mode; `attention` names the
+    attention kernel (transformers' `attn_implementation`; None: its default)."""
     from transformers import AutoModelForCausalLM
 
     if dtype not in DTYPES:
         raise ModelLoadError(f"model.dtype={dtype!r}: choose one of {', '.join(DTYPES)}")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype])
+    extra = {"attn_implementation": attention} if attention else {}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **extra)
     return model.eval()
 
 

@@ -79,7 +79,9 @@ def place(cfg: Config, roles: list[str], prefix: str) -> dict[str, Any]:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 
-    wanted = [d for d in demands(cfg, "sandbox" in roles) if d.role in roles]
+    colocated = cfg.placement.mode == "colocated"
+    wanted = [d for d in demands(cfg, "sandbox" in roles)
+              if d.role in roles or (colocated and d.role == "colocated")]
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     check_fits(wanted, ray.cluster_resources(), nodes)
     groups: dict[str, Any] = {}
@@ -99,7 +101,17 @@ def place(cfg: Config, roles: list[str], prefix: str) -> dict[str, Any]:
             f"and {d.role}.num_cpus/num_gpus) was not placed within {PLACEMENT_TIMEOUT_S:g}s; "
             f"the cluster has {ray.available_resources()} free (other jobs may hold the rest)"
         )
+    if colocated:  # learner ranks and rollout actors share the bundles (and their GPUs)
+        groups["learner"] = groups["rollout"] = groups.pop("colocated")
     return groups
+
+
+def release(groups: dict[str, Any]) -> None:
+    """Remove the placement groups `place` made (colocated roles share one)."""
+    from ray.util.placement_group import remove_placement_group
+
+    for group in {id(g): g for g in groups.values()}.values():
+        remove_placement_group(group)
 
 
 def audit_rewards(cfg: Config, train: list, needs_sandbox: bool) -> None:
@@ -137,11 +149,11 @@ def warm_start(cfg: Config, model_path: str, train: list, val: list) -> str:
 
 def run_training(cfg: Config) -> dict[str, Any]:
     """Train as `cfg` says; returns the run summary (also printed)."""
-    from ray.util.placement_group import remove_placement_group
 
     from actors.learner import LearnerFailed, LearnerGroup
     from actors.rollout import RolloutGroup
     from actors.sandbox import SandboxPool
+    from actors.weight_sync import make_weight_sync
     from rlrun import evaluation, step
     from rlrun.data import load_from_config
     from rlrun.data.prompts import render_prompt
@@ -194,8 +206,21 @@ def run_training(cfg: Config) -> dict[str, Any]:
             sandbox = SandboxPool(cfg.sandbox, prefix, groups["sandbox"])
         learner = LearnerGroup(cfg, model_path, groups["learner"], prefix)
         state = learner.start()
+        weights = make_weight_sync(cfg, learner, rollouts)
+        colocated = cfg.placement.mode == "colocated"
+
+        def sync(version: int) -> dict[str, float]:
+            """The learner's weights into every engine. Colocated, the engines slept through
+            training: weights wake first, the KV cache once they are in."""
+            if colocated:
+                rollouts.wake_up(["weights"])
+            metrics = weights.sync(version)
+            if colocated:
+                rollouts.wake_up(["kv_cache"])
+            return metrics
+
         if state.step:  # resumed: the rollout actors start from the restored weights
-            rollouts.load_weights(learner.publish(state.version))
+            sync(state.version)
         reward = build_reward(cfg, sandbox.judge if sandbox else None)
         order = DataOrder(len(train), cfg.run.seed, position=state.data_position)
 
@@ -261,11 +286,13 @@ def run_training(cfg: Config) -> dict[str, Any]:
             try:
                 # 5. learn: every rank trains on its shard ...
                 t1 = time.perf_counter()
+                if colocated:  # level 2: the weights are replaced right after anyway
+                    rollouts.sleep(2)
                 learned = learner.train(batch.shards)
                 t_train = time.perf_counter() - t1
-                # 6. ... and the rollout actors load the weights it made: the pair of the step.
+                # 6. ... and every rollout actor takes the weights it made: the pair of the step.
                 t2 = time.perf_counter()
-                rollouts.load_weights(learner.publish(state.step + 1))
+                synced = sync(state.step + 1)
                 t_sync = time.perf_counter() - t2
                 done = TrainState(
                     step=state.step + 1, version=state.step + 1,
@@ -289,11 +316,11 @@ def run_training(cfg: Config) -> dict[str, Any]:
                     prefetch = None
                 state, saved = learner.restart(), True
                 order.position = state.data_position
-                rollouts.load_weights(learner.publish(state.version))
+                sync(state.version)
                 continue
             # 7. log.
             timings = {"perf/time_rollout": t_rollout, "perf/time_train": t_train,
-                       "perf/time_sync": t_sync}
+                       "perf/time_sync": t_sync} | synced
             metrics = step.step_metrics(batch, rollout, learned, state.version, timings)
             if sandbox is not None:
                 metrics["sandbox/recreated"] = float(sandbox.stats()["recreated"])
@@ -330,8 +357,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
         for group in (learner, rollouts, sandbox):
             if group is not None:
                 group.shutdown()
-        for placement in groups.values():
-            remove_placement_group(placement)
+        release(groups)
 
     # 6. summary.
     summary: dict[str, Any] = {

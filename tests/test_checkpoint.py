@@ -8,6 +8,7 @@ from rlrun import checkpoint
 from rlrun.config import ModelConfig
 from rlrun.models import load_causal_lm, load_tokenizer, resolve_model_path
 from rlrun.policy_update import warmup_schedule
+from rlrun.weights.source import WeightSource
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,8 @@ def trained(path: str):
 
 def save(path, model, opt, sched, state, tokenizer) -> None:
     checkpoint.save_shards(path, model, opt, rank=0)
-    checkpoint.export_hf(path / "model", model, tokenizer, rank=0)
+    checkpoint.export_hf(path / "model", model, dict(WeightSource(model, torch.float32)),
+                         tokenizer)
     checkpoint.save_state(path, state, sched)
 
 

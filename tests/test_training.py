@@ -77,6 +77,22 @@ def test_a_short_run_trains_syncs_and_checkpoints(ray_cluster, tmp_path, stalene
     assert load_state(final).data_position == 6
 
 
+@pytest.mark.parametrize("extra", [
+    pytest.param(["weights.backend=collective", "rollout.num_actors=2",
+                  "rollout.num_cpus=0.25"], id="collective-2-engines"),
+    pytest.param(["placement.mode=colocated"], id="colocated-cpu-twin"),
+])
+def test_a_short_run_with_another_weight_path_trains_and_syncs(ray_cluster, tmp_path, extra):
+    cfg = load_config(None, small_overrides(tmp_path, steps=3) + extra)
+    summary = run_training(cfg)
+    assert summary["steps"] == 3
+    assert summary["rollout_versions"] == [3] * cfg.rollout.num_actors
+    train_rows = [r for r in rows(tmp_path) if "reward/mean" in r]
+    assert all(r["perf/sync_bytes"] > 0 and r["perf/sync_gb_per_s"] > 0 for r in train_rows)
+    # Every engine generated with the newest weights: nothing was stale.
+    assert all(r["async/staleness_max"] == 0 for r in train_rows)
+
+
 def test_a_second_run_into_the_same_output_dir_must_say_resume(ray_cluster, tmp_path):
     run_training(load_config(None, small_overrides(tmp_path, steps=1)))
     with pytest.raises(ConfigError, match="run.resume=true"):

@@ -144,15 +144,13 @@ def _correctness_name(cfg: Config) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ray.util.placement_group import remove_placement_group
-
     from actors.rollout import RolloutGroup
     from actors.sandbox import SandboxPool
     from rlrun import evaluation as ev
     from rlrun.data.prompts import render_prompt
     from rlrun.models import load_tokenizer
     from rlrun.rewards import build_reward
-    from rlrun.training import init_ray, place
+    from rlrun.training import init_ray, place, release
 
     cfg = load_config(args.config, args.overrides)
     k_list, samples = _sample_counts(args, cfg)
@@ -185,8 +183,7 @@ def main(args: argparse.Namespace) -> int:
         pool.shutdown()
         if sandbox is not None:
             sandbox.shutdown()
-        for group in groups.values():
-            remove_placement_group(group)
+        release(groups)
 
     flips = ev.compare(result, baseline) if baseline is not None else None
     slug = model_slug(model_path if Path(args.model).is_dir() else args.model)

@@ -33,6 +33,8 @@ from rlrun.config import RolloutConfig
 from rlrun.engines.base import SamplingParams, check_weight_names, encode_prompts
 from rlrun.models import load_causal_lm, load_tokenizer
 from rlrun.records import Sample
+from rlrun.weights.buckets import ParamMeta
+from rlrun.weights.collective import GroupInfo, Receiver, WeightSyncError
 
 
 class HFEngine:
@@ -63,6 +65,9 @@ class HFEngine:
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         # generate and load_weights must not interleave (an actor may serve calls on threads).
         self._lock = threading.Lock()
+        self._receiver: Receiver | None = None
+        self._asleep: set[str] = set()  # sleep-mode tags not yet woken up
+        self._dropped = False  # the weights were dropped (sleep level 2)
 
     def state_dict_keys(self) -> list[str]:
         return list(self._shapes)
@@ -72,6 +77,60 @@ class HFEngine:
         with self._lock:
             self.model.load_state_dict(weights, strict=True)
             self.version = version
+
+    # The collective backend's receiving side (rlrun.weights.collective), under the names of
+    # vLLM's weight-transfer API so both engines answer the same calls.
+
+    def init_weight_transfer(self, info: GroupInfo) -> None:
+        self.close_weight_transfer()
+        self._receiver = Receiver(info)
+
+    def start_weight_update(self, version: int) -> None:
+        self._open_receiver().start(version)
+
+    def update_weights(self, metas: list[ParamMeta]) -> None:
+        self._open_receiver().update(metas)
+
+    def finish_weight_update(self, version: int, checksums: list[int]) -> None:
+        self.load_weights(version, self._open_receiver().finish(version, checksums))
+
+    # Colocated placement (the driver frees the device for the learner): vLLM's sleep-mode
+    # semantics, so the HF engine is the CPU twin of that choreography.
+
+    def sleep(self, level: int) -> None:
+        """Level 1 moves the weights to host memory; level 2 drops them (the next update
+        replaces them). Nothing generates until `wake_up`."""
+        with self._lock:
+            if level == 2:
+                for param in self.model.parameters():
+                    param.data = torch.empty(0, dtype=param.dtype, device=self.device)
+            elif self.device.type == "cuda":
+                self.model.to("cpu")
+            self._asleep = {"weights", "kv_cache"}
+            self._dropped = level == 2
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Bring back `tags` ("weights", "kv_cache"; None: both). Weights dropped at level 2
+        come back as zeros of the right shape, to be overwritten by the next update."""
+        with self._lock:
+            for tag in tags or ["weights", "kv_cache"]:
+                if tag == "weights" and "weights" in self._asleep:
+                    if self._dropped:
+                        for name, param in self.model.named_parameters():
+                            param.data = torch.zeros(self._shapes[name], dtype=param.dtype,
+                                                     device=self.device)
+                    self.model.to(self.device)
+                self._asleep.discard(tag)
+
+    def close_weight_transfer(self) -> None:
+        if self._receiver is not None:
+            self._receiver.close()
+            self._receiver = None
+
+    def _open_receiver(self) -> Receiver:
+        if self._receiver is None:
+            raise WeightSyncError("no weight group joined: init_weight_transfer first")
+        return self._receiver
 
     def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
         if not prompts:
@@ -87,6 +146,9 @@ class HFEngine:
 
         done: list[Sample | None] = [None] * len(rows)
         with self._lock, torch.inference_mode():
+            if self._asleep:
+                raise RuntimeError(f"generate while asleep ({', '.join(sorted(self._asleep))})"
+                                   ": wake_up first")
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
                 row_prompts = [rows[r] for r in batch]

@@ -1,7 +1,8 @@
-"""The vLLM engine (GPU): `vllm.LLM` in this process, with weights reloaded in place.
+"""The vLLM engine (GPU): `vllm.LLM` in this process, fed weights by the learner.
 
-Written against vLLM 0.34. vLLM is imported when the engine is built, so this module imports
-on machines without it; building the engine there says how to install it.
+Written against vLLM 0.34 (tests/engines/test_vllm_api.py checks every vLLM signature used here
+against its source). vLLM is imported when the engine is built, so this module imports on
+machines without it; building the engine there says how to install it.
 
 Log-probs. `logprobs_mode="processed_logprobs"` makes vLLM report log-probs of the logits its
 sampler actually draws from, and with `logprobs=0` only the sampled token's: temperature is
@@ -15,16 +16,26 @@ log-probs are renormalised over the kept tokens; the engine warns once, and the
 importance-sampling correction absorbs the rest. Temperatures in (0, 0.01) are raised to
 0.01 by vLLM.
 
-Weights. `load_weights` calls the worker method `reload_weights` (vllm/v1/worker/gpu_worker.py
-line 645) through `LLM.collective_rpc` with the state dict as `(name, tensor)` pairs: the
-model's own `load_weights` maps Hugging Face names onto vLLM's fused layers and shards them
-over tensor-parallel ranks, then post-load processing runs as after a cold start. The engine
-core runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the tensors reach the
-worker as Python objects; the multiprocess core would send RPC arguments through msgpack,
-which does not rebuild tensors. Generation is synchronous and guarded by a lock, so nothing
-is in flight while weights change; the prefix cache is reset afterwards because its KV blocks
-were computed with the old weights. The NCCL path into vLLM workers (vLLM's
-`weight_transfer` API) belongs to the GPU weight-sync backend, not to this engine.
+Weights, by `weights.backend`:
+- object_store: `load_weights` calls the worker method `reload_weights` (gpu_worker.py line
+  645) through `LLM.collective_rpc` with the state dict as `(name, tensor)` pairs; the model's
+  own `load_weights` maps Hugging Face names onto vLLM's fused layers and tensor-parallel
+  shards. The engine core runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the
+  tensors reach the worker as Python objects instead of through msgpack.
+- collective: vLLM's native weight-transfer API (entrypoints/rl/offline.py) with its NCCL
+  backend: `init_weight_transfer_engine` joins the group at this engine's own rank offset
+  (vLLM's stock trainer gives every engine offset 1, which collides when there are several),
+  and `start_weight_update` / `update_weights` / `finish_weight_update` receive one packed
+  broadcast from learner rank 0 (rlrun.weights.collective), named and shaped by the metadata
+  passed here. vLLM loads the buckets itself, so the per-bucket checksums the HF engine checks
+  cannot be checked here; the weight version is, through vLLM's own version label.
+- ipc (colocated): the same calls with vLLM's IPC backend; the learner rank on the same GPU
+  passes CUDA IPC handles of its packed buckets.
+
+Generation is synchronous and guarded by a lock, so nothing is in flight while weights change;
+the prefix cache is reset after an update because its KV blocks were computed with the old
+weights. In colocated placement the engine starts with sleep mode and the driver puts it to
+sleep while the learner trains.
 """
 
 from __future__ import annotations
@@ -40,8 +51,13 @@ from rlrun.config import RolloutConfig
 from rlrun.engines.base import SamplingParams, check_weight_names, encode_prompts
 from rlrun.models import DTYPES, load_tokenizer, state_dict_shapes
 from rlrun.records import Sample
+from rlrun.weights.buckets import ParamMeta
+from rlrun.weights.collective import GroupInfo, WeightSyncError
 
 log = logging.getLogger(__name__)
+
+# vLLM backend of each rlrun weight backend that feeds the engine through vLLM's native API.
+TRANSFER_BACKENDS = {"collective": "nccl", "ipc": "ipc"}
 
 
 def import_vllm() -> Any:
@@ -56,7 +72,8 @@ def import_vllm() -> Any:
 
 
 class VLLMEngine:
-    """Generation with vLLM on the GPUs Ray gave this process."""
+    """Generation with vLLM on the GPUs Ray gave this process (or, with tensor parallelism,
+    on the GPUs of the placement-group bundles named in `VLLM_RAY_BUNDLE_INDICES`)."""
 
     def __init__(
         self,
@@ -64,27 +81,47 @@ class VLLMEngine:
         cfg: RolloutConfig,
         dtype: str = "bfloat16",
         tokenizer_path: str | None = None,
+        weights_backend: str = "object_store",
+        sleep_mode: bool = False,
+        seed: int = 0,
     ) -> None:
         vllm = import_vllm()
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype={dtype!r}: choose one of {', '.join(DTYPES)}")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         self._vllm = vllm
+        options: dict[str, Any] = {}
+        if weights_backend in TRANSFER_BACKENDS:
+            from vllm.config import WeightTransferConfig
+
+            options["weight_transfer_config"] = WeightTransferConfig(
+                backend=TRANSFER_BACKENDS[weights_backend]
+            )
+        if cfg.tensor_parallel_size > 1:
+            # The actor sits in the placement group without a GPU; vLLM starts one Ray worker
+            # per TP rank on the bundles VLLM_RAY_BUNDLE_INDICES names (set by the actor).
+            options["distributed_executor_backend"] = "ray"
         self.llm = vllm.LLM(
             model=model_path,
             tokenizer=tokenizer_path or model_path,
             dtype=dtype,
             tensor_parallel_size=cfg.tensor_parallel_size,
+            seed=seed,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
             max_model_len=cfg.max_model_len,
             logprobs_mode="processed_logprobs",
+            enable_sleep_mode=sleep_mode,
+            **options,
         )
+        self.weights_backend = weights_backend
         # Prompts are tokenized here, as the HF engine does, and passed to vLLM as token ids.
         self.tokenizer = load_tokenizer(tokenizer_path or model_path)
         self.version = 0
         self._shapes = state_dict_shapes(model_path)
         self._lock = threading.Lock()
         self._warned_filters = False
+        self._updating = -1  # version of the open weight update
+        self._transfer_ready = False  # joined a weight-transfer group
 
     def state_dict_keys(self) -> list[str]:
         return list(self._shapes)
@@ -99,6 +136,87 @@ class VLLMEngine:
             self.llm.reset_prefix_cache()
             self.version = version
 
+    # ----------------------------------------------------------- native weight transfer
+
+    def init_weight_transfer(self, info: GroupInfo) -> None:
+        init_info: dict[str, Any] = {}
+        if self.weights_backend == "collective":
+            init_info = {
+                "master_address": info.address, "master_port": info.port,
+                "rank_offset": info.rank, "world_size": info.world_size,
+                # Both sides must agree: vLLM's worker default is unpacked.
+                "packed": True, "packed_buffer_size_bytes": info.bucket_bytes,
+            }
+        elif self.weights_backend == "ipc":
+            init_info = {"packed": True}
+        with self._lock:
+            if self._transfer_ready:  # a rebuilt group (a member was replaced)
+                self.llm.shutdown_weight_transfer_engine()
+            self.llm.init_weight_transfer_engine({"init_info": init_info})
+            self._transfer_ready = True
+
+    def start_weight_update(self, version: int) -> None:
+        with self._lock:
+            self.llm.start_weight_update()
+            self._updating = version
+
+    def update_weights(self, metas: list[ParamMeta], ipc_handles: Any = None) -> None:
+        update_info: dict[str, Any] = {
+            "names": [m.name for m in metas],
+            "dtype_names": [m.dtype for m in metas],
+            "shapes": [list(m.shape) for m in metas],
+        }
+        if ipc_handles is not None:
+            update_info |= {"ipc_handles": ipc_handles,
+                            "tensor_sizes": [m.nbytes for m in metas]}
+        try:
+            self.llm.update_weights({"update_info": update_info})
+        except BaseException:
+            self._updating = -1  # vLLM closed the session on its side
+            raise
+
+    def finish_weight_update(self, version: int, checksums: list[int]) -> None:
+        with self._lock:
+            self._finish(version)
+
+    def _finish(self, version: int) -> None:
+        try:
+            if version != self._updating:
+                raise WeightSyncError(
+                    f"finish for weight version {version}, but the update open is version "
+                    f"{self._updating}"
+                )
+            self.llm.finish_weight_update(weight_version=str(version))
+            self.llm.reset_prefix_cache()
+            if self.llm.get_weight_version() != str(version):
+                raise WeightSyncError(
+                    f"vLLM reports weight version {self.llm.get_weight_version()!r} after the "
+                    f"update to {version}"
+                )
+            self.version = version
+        finally:
+            self._updating = -1
+
+    def close_weight_transfer(self) -> None:
+        with self._lock:
+            if self._transfer_ready:
+                self.llm.shutdown_weight_transfer_engine()
+                self._transfer_ready = False
+
+    # ----------------------------------------------------------- colocated placement
+
+    def sleep(self, level: int) -> None:
+        """Free the GPU for the learner: level 1 offloads the weights to host memory, level 2
+        discards them (they are replaced next anyway); both drop the KV cache."""
+        with self._lock:
+            self.llm.sleep(level=level)
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        with self._lock:
+            self.llm.wake_up(tags=tags)
+
+    # ----------------------------------------------------------- generation
+
     def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
         if not prompts:
             return []
@@ -112,6 +230,11 @@ class VLLMEngine:
         prompt_ids = encode_prompts(self.tokenizer, prompts)
         params = [self._params(sampling, i) for i in range(len(prompts))]
         with self._lock:
+            if self._updating >= 0:
+                # vLLM reloads layer by layer: the model is half old, half new until finish.
+                raise WeightSyncError(
+                    f"generate while the update to weight version {self._updating} is open"
+                )
             outputs = self.llm.generate(
                 [{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False
             )

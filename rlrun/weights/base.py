@@ -22,6 +22,7 @@ class WeightUpdate:
 
     version: int
     backend: str
+    nbytes: int = 0  # size of the weights it carries
     # Backend-specific handle. Kept inside a record so Ray does not resolve references on the
     # way through the driver: only the rollout actor that loads the weights fetches them.
     payload: dict[str, Any] = field(default_factory=dict)
@@ -41,10 +42,6 @@ class WeightReceiver(Protocol):
 
 def plain_state_dict(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
     """Detached CPU tensors with the DDP/compile prefixes removed, as engines expect them."""
-    out = {}
-    for name, tensor in state_dict.items():
-        for prefix in ("module.", "_orig_mod."):
-            if name.startswith(prefix):
-                name = name[len(prefix) :]
-        out[name] = tensor.detach().to("cpu").contiguous()
-    return out
+    from rlrun.weights.source import plain_name
+
+    return {plain_name(k): v.detach().to("cpu").contiguous() for k, v in state_dict.items()}

@@ -21,9 +21,11 @@ BACKEND = "object_store"
 
 class ObjectStoreSender:
     def publish(self, version: int, state_dict: dict[str, Tensor]) -> WeightUpdate:
+        weights = plain_state_dict(state_dict)
         # The reference travels inside a dict, so Ray hands it on without resolving it.
-        payload = {"ref": ray.put(plain_state_dict(state_dict))}
-        return WeightUpdate(version=version, backend=BACKEND, payload=payload)
+        payload = {"ref": ray.put(weights)}
+        nbytes = sum(t.numel() * t.element_size() for t in weights.values())
+        return WeightUpdate(version=version, backend=BACKEND, nbytes=nbytes, payload=payload)
 
 
 class ObjectStoreReceiver:

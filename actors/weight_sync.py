@@ -1,0 +1,209 @@
+"""Weight sync from the learner group to the rollout group, one class per `weights.backend`.
+
+The driver builds one with `make_weight_sync` next to the groups it connects and calls
+`sync(version)` after every learner step (and after a learner restart, with the version the
+learner restored).
+
+- `ObjectStoreSync`: learner rank 0 puts the state dict, every rollout actor gets it.
+- `CollectiveSync`: learner rank 0 and every engine form one group (rlrun.weights.collective)
+  and each sync runs as three phases, each under `weights.timeout_s`:
+  start (every engine opens an update), transfer (the learner ranks stream packed buckets while
+  every engine receives them), finish (every engine checks version and checksums, then serves
+  the new weights). A member that dies or misses a phase's deadline ends that phase with an
+  error naming it and the phase. Then every engine that did not finish is replaced (an engine
+  stuck in a broadcast cannot be interrupted, only killed), the group is rebuilt with the
+  replacements, and the version is sent once more; a second failure stops the run with that
+  one-line error. A learner rank that dies or hangs is a `LearnerFailed`, which the driver
+  answers by restarting the learner from its checkpoint.
+
+A rollout actor replaced between syncs (it died while generating) starts from the weights it
+was created with: under the collective backend it joins the group at the next sync, and
+until then its samples carry an old weight version, so `algo.max_staleness` drops them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayError
+
+from actors.learner import LearnerFailed, LearnerGroup
+from actors.pool import first_line
+from actors.rollout import RolloutGroup
+from rlrun.config import Config
+from rlrun.weights.collective import GroupInfo, SendStats, rank_offsets
+
+
+class SyncFailed(RuntimeError):
+    """One phase of a collective sync failed: who, and in which phase."""
+
+    def __init__(self, message: str, dead: list[Any], stuck: list[Any]) -> None:
+        super().__init__(message)
+        self.dead = dead  # members whose actor died
+        self.stuck = stuck  # members whose call had not returned by the deadline
+
+
+def transfer_metrics(nbytes: int, seconds: float) -> dict[str, float]:
+    return {"perf/sync_bytes": float(nbytes),
+            "perf/sync_gb_per_s": nbytes / seconds / 1e9 if seconds > 0 else 0.0}
+
+
+class ObjectStoreSync:
+    """Learner rank 0 puts, every rollout actor gets (rlrun.weights.object_store)."""
+
+    def __init__(self, learner: LearnerGroup, rollouts: RolloutGroup) -> None:
+        self.learner, self.rollouts = learner, rollouts
+
+    def sync(self, version: int) -> dict[str, float]:
+        start = time.perf_counter()
+        update = self.learner.publish(version)
+        self.rollouts.load_weights(update)
+        return transfer_metrics(update.nbytes, time.perf_counter() - start)
+
+
+@dataclasses.dataclass
+class _Member:
+    """A call in flight and who made it."""
+
+    name: str
+    slot: int | None = None  # rollout slot; None for a learner rank
+    incarnation: int = 0
+
+
+class CollectiveSync:
+    """Learner rank 0 broadcasts to every engine in one group; see the module docstring."""
+
+    def __init__(self, cfg: Config, learner: LearnerGroup, rollouts: RolloutGroup) -> None:
+        self.cfg, self.learner, self.rollouts = cfg, learner, rollouts
+        self.timeout_s = cfg.weights.timeout_s
+        # What the group was built from: the learner's start count and the rollout actors'
+        # incarnations; any change (a restart, a replacement) means building it again.
+        self.built_from: tuple[int, list[int]] | None = None
+        self.metas: list[Any] = []
+
+    def _membership(self) -> tuple[int, list[int]]:
+        return self.learner.starts, [i for _, i in self.rollouts.pool.slots()]
+
+    def _connect(self) -> None:
+        """(Re)build the group from learner rank 0 and the current rollout actors."""
+        cfg, workers = self.cfg, self.learner.workers
+        slots = self.rollouts.pool.slots()
+        tp = cfg.rollout.tensor_parallel_size if cfg.rollout.engine == "vllm" else 1
+        offsets = rank_offsets([tp] * len(slots))
+        address, port = self._one(workers[0].rendezvous.remote(), "learner rank 0", "rendezvous")
+        on_gpus = cfg.learner.num_gpus > 0 and cfg.rollout.num_gpus > 0
+        info = GroupInfo(address, port, 0, 1 + tp * len(slots), cfg.weights.bucket_mb << 20,
+                         self.timeout_s, "cuda" if on_gpus else "cpu")
+        calls = {workers[0].open_weight_group.remote(info): _Member("learner rank 0")}
+        calls |= {w.open_weight_group.remote(None): _Member(f"learner rank {r}")
+                  for r, w in enumerate(workers) if r}
+        for i, ((actor, incarnation), offset) in enumerate(zip(slots, offsets, strict=True)):
+            joined = actor.init_weight_transfer.remote(dataclasses.replace(info, rank=offset))
+            calls[joined] = _Member(self._name(i), i, incarnation)
+        self._phase("rendezvous", calls)
+        self.metas = self._one(workers[0].weight_metadata.remote(), "learner rank 0",
+                               "metadata")
+        self.built_from = self._membership()
+
+    def sync(self, version: int) -> dict[str, float]:
+        """Send weight version `version` to every engine (see the module docstring)."""
+        # No other thread submits generation while the group is busy: vLLM must not generate
+        # between the start and the finish of an update.
+        with self.rollouts.pool.exclusive():
+            for attempt in (1, 2):
+                try:
+                    if self.built_from != self._membership():
+                        self._connect()  # first sync, or a member was replaced since
+                    return self._sync(version)
+                except SyncFailed as err:
+                    if attempt == 2:
+                        raise RuntimeError(
+                            f"weight sync of version {version} failed twice: {err}"
+                        ) from None
+                    print(f"rlrun train: {err}; replacing it and syncing again", flush=True)
+                    self._recover(err)
+        raise AssertionError("unreachable")
+
+    def _sync(self, version: int) -> dict[str, float]:
+        slots = self.rollouts.pool.slots()
+        started = time.perf_counter()
+        self._phase("start", {
+            actor.start_weight_update.remote(version): _Member(self._name(i), i, inc)
+            for i, (actor, inc) in enumerate(slots)
+        })
+        senders = {w.send_weights.remote(): _Member(f"learner rank {r}")
+                   for r, w in enumerate(self.learner.senders())}
+        receivers = {actor.update_weights.remote(self.metas): _Member(self._name(i), i, inc)
+                     for i, (actor, inc) in enumerate(slots)}
+        results = self._phase("transfer", senders | receivers)
+        stats: SendStats = results[next(iter(senders))]
+        self._phase("finish", {
+            actor.finish_weight_update.remote(version, stats.checksums):
+                _Member(self._name(i), i, inc)
+            for i, (actor, inc) in enumerate(slots)
+        })
+        return transfer_metrics(stats.bytes, time.perf_counter() - started)
+
+    def _recover(self, err: SyncFailed) -> None:
+        """Replace every engine that died or is stuck in the group (only killing it frees it);
+        a stuck learner rank is the learner's failure. The group is rebuilt next attempt."""
+        for member in err.dead + err.stuck:
+            if member.slot is not None:
+                self.rollouts.pool.replace(member.slot, member.incarnation)
+        learner = [m for m in err.stuck if m.slot is None]
+        if learner:
+            raise LearnerFailed(f"{learner[0].name} did not finish the weight transfer in time")
+        self.built_from = None
+
+    def _phase(self, phase: str, calls: dict[Any, _Member]) -> dict[Any, Any]:
+        """Every call's result within `weights.timeout_s`, or SyncFailed naming the first
+        member that failed or the ones that were late. Waits on, after a failure, for the
+        calls that can still finish (a sender whose peers died fails by itself), so that only
+        members really stuck are reported."""
+        deadline = time.monotonic() + self.timeout_s
+        pending, results, dead, failure = list(calls), {}, [], None
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1,
+                                      timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            try:
+                results[ready[0]] = ray.get(ready[0], timeout=0)
+            except RayActorError as error:
+                if calls[ready[0]].slot is None:
+                    raise LearnerFailed(f"{calls[ready[0]].name} died during weight {phase}: "
+                                        f"{first_line(error)}") from None
+                dead.append(calls[ready[0]])
+                failure = failure or f"{calls[ready[0]].name} died during weight {phase}"
+            except RayError as error:
+                failure = failure or (f"{calls[ready[0]].name} failed during weight {phase}: "
+                                      f"{first_line(error)}")
+            if failure is not None:
+                # The rest of the group cannot complete this phase now; give the calls that
+                # end on their own (errors from dead peers) a moment, then stop waiting.
+                deadline = min(deadline, time.monotonic() + 10.0)
+        stuck = [calls[ref] for ref in pending]
+        if failure is None and stuck:
+            failure = (f"{', '.join(m.name for m in stuck)} did not finish weight {phase} "
+                       f"within {self.timeout_s:g}s (weights.timeout_s)")
+        if failure is not None:
+            raise SyncFailed(failure, dead, stuck)
+        return results
+
+    def _one(self, ref: Any, who: str, phase: str) -> Any:
+        return self._phase(phase, {ref: _Member(who)})[ref]
+
+    def _name(self, slot: int) -> str:
+        return f"rollout actor {self.rollouts.pool.names()[slot]}"
+
+
+def make_weight_sync(
+    cfg: Config, learner: LearnerGroup, rollouts: RolloutGroup
+) -> ObjectStoreSync | CollectiveSync:
+    """The sync `weights.backend` names, between these two groups."""
+    if cfg.weights.backend == "object_store":
+        return ObjectStoreSync(learner, rollouts)
+    return CollectiveSync(cfg, learner, rollouts)
