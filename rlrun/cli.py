@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("rlrun.commands.data", "inspect or convert a dataset"),
     "config": ("rlrun.commands.config", "show the resolved config"),
     "report": ("rlrun.commands.report", "plots and an HTML report for a run directory"),
+    "plan": ("rlrun.commands.plan", "per-GPU memory of each role, and a layout that fits"),
 }
 
 

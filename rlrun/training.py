@@ -5,9 +5,10 @@ It runs, in order:
 1. checks that need no cluster: output directory vs `run.resume`, the dataset, the model path;
 2. `ray.init`: a local Ray, `run.ray_address`, or `$RAY_ADDRESS`, in namespace `run.namespace`
    (an address that does not answer fails within seconds); the optional SFT warm-start;
-3. placement: one placement group per actor group (rollout, learner, sandbox), each checked
-   against the cluster first, so a run that cannot fit fails at once naming the config keys
-   instead of waiting forever;
+3. placement: the memory each role needs per GPU (`rlrun plan`, when the GPU type is known),
+   then one placement group per actor group (rollout, learner, sandbox), each checked against
+   the cluster first, so a run that cannot fit fails at once naming the config keys instead of
+   waiting forever;
 4. actor groups, each on its placement group: the rollout actors, the sandbox actors (when the
    data has code), the learner ranks (restored from the latest checkpoint on resume). Actor
    names carry the run's name and a tag of its own, so runs sharing a cluster never collide;
@@ -71,6 +72,22 @@ def init_ray(cfg: Config) -> None:
         # The dashboard serves the State API that Ray Train's placement-group cleaner polls;
         # without it the log fills with "Failed to query Ray Train Controller actor state".
         ray.init(num_cpus=cfg.run.num_cpus, namespace=cfg.run.namespace)
+
+
+def check_memory(cfg: Config) -> None:
+    """`rlrun plan`'s check, before any GPU is asked for: the GPU type from the cluster (Ray's
+    accelerator_type), else this machine; one line naming the keys to change."""
+    import ray
+
+    from rlrun import plan
+
+    gpu = None
+    for resource in ray.cluster_resources():
+        if resource.startswith("accelerator_type:"):
+            gpu = plan.gpu_from_name(resource.split(":", 1)[1]) or gpu
+    problems = plan.check_fits(cfg, gpu)
+    if problems:
+        raise ConfigError(f"{problems[0]} (rlrun plan shows every role)")
 
 
 def place(cfg: Config, roles: list[str], prefix: str) -> dict[str, Any]:
@@ -188,7 +205,9 @@ def run_training(cfg: Config) -> dict[str, Any]:
 
     prompts = [render(p) for p in train]
 
-    # 3. placement: a placement group per actor group, checked against the cluster first.
+    # 3. placement: memory per GPU (rlrun plan), then a placement group per actor group,
+    # checked against the cluster first.
+    check_memory(cfg)
     prefix = f"{cfg.run.name}-{uuid.uuid4().hex[:6]}"
     groups = place(cfg, ["rollout", "learner"] + (["sandbox"] if needs_sandbox else []), prefix)
     rollouts = sandbox = learner = None

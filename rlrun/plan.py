@@ -1,0 +1,1138 @@
+"""Memory planner: per-GPU bytes of each role of a config, whether they fit, and what would.
+
+Pure arithmetic on the model's `config.json` (no weights, no torch, no Ray), so `rlrun plan`
+answers in a second and `rlrun train` can call `check_fits` before asking Ray for GPUs.
+
+Notation: P parameters, L decoder layers, h hidden size, I MLP width, a query heads, k KV heads,
+d head dim, V vocabulary, N learner ranks, T tokens in one micro-batch, s tokens per sequence,
+m bytes per element of the master dtype (`learner.master_dtype`), c of the compute dtype
+(`model.dtype`), r the LoRA rank.
+
+Learner, per rank (what one GPU holds at the peak of a forward/backward):
+- full fine-tuning: weights P*m, gradients P*m, AdamW's two moments 2*P*m, each divided by N
+  under fsdp2 and moved to host memory by `learner.cpu_offload` (FSDP2's CPUOffloadPolicy
+  offloads sharded parameters, gradients and optimizer state; config refuses it under ddp).
+  ddp with N > 1 adds its all-reduce buckets, P*m (torch's default
+  `gradient_as_bucket_view=False` keeps a second copy of every gradient).
+- working copy in the compute dtype: ddp with m != c keeps P*c of autocast casts alive until
+  backward; fsdp2 all-gathers the root module (embeddings, lm_head) for the whole step and two
+  decoder layers at a time (the current one and the prefetched next), and holds unsharded
+  gradients of the root and one layer before reduce-scatter: (root + 2 layers) * c for
+  parameters + (root + 1 layer) * c for gradients (none under LoRA: the base is frozen).
+- LoRA (`learner.lora.rank` r > 0): the frozen base in c (sharded/offloaded like the policy
+  weights would be) and, for the adapters only, 4*4 bytes per parameter (weights, gradients, two
+  moments, fp32 whatever the master dtype: PEFT's autocast_adapter_dtype); each target linear
+  of shape [d_in, d_out] adds r*(d_in + d_out) parameters per layer.
+- reference model: only when `algo.kl_coef > 0`, weights in c sharded and offloaded like the
+  policy; with LoRA it costs nothing (the reference is the base with the adapters switched off).
+- activations of one micro-batch. The per-layer formula follows Korthikanti et al., "Reducing
+  Activation Recomputation in Large Transformer Models" (MLSys 2023, arXiv:2205.05198, sec. 4.1),
+  which counts every tensor a layer saves for backward (s*b*h*(34 + 5*a*s/h) bytes for a 16-bit
+  GPT layer with a 4h GeLU MLP and dropout). Re-counted for a Llama/Qwen decoder (RMSNorm, GQA,
+  SwiGLU, no dropout, a fused sdpa/flash kernel that saves no [s, s] scores), bytes per token
+  per layer are
+      A = c*(2h + a*d + 2*k*d + a*d + 4I) + 2*(4h + c*h)
+  (norm outputs feeding the q/k/v and gate/up projections; q, k, v for attention; the attention
+  output feeding o_proj; SwiGLU's gate, up, silu(gate) and their product feeding down_proj; and
+  per RMSNorm the fp32 upcast of its input plus the normalised value, since HF's RMSNorm computes
+  in fp32). `learner.attention=eager` adds the softmax scores, b*a*s^2*(4 + c) per layer.
+  Without checkpointing a micro-batch keeps L*T*A; with `learner.gradient_checkpointing` (one
+  checkpoint per decoder layer, as HF's `gradient_checkpointing_enable` does) it keeps each
+  layer's input, L*T*h*c, plus one layer recomputed in backward, T*A. The final norm adds
+  T*(4h + 2*c*h). Adapter activations (r per target per token) are left out: under 1%.
+  T is `learner.max_tokens_per_micro_batch` when set, else micro_batch_size * s with no more
+  rows than one rank's share of an update: an upper bound, as shared-prompt rows hold a prompt
+  once. s = prompt tokens (`--prompt-tokens`, default 512: a config does not record prompt
+  lengths) + `rollout.sampling.max_new_tokens`, capped at `rollout.max_model_len`.
+- logits and log-probs, as `rlrun.policy_update.response_logprobs` computes them: the lm_head
+  output [R, T, V] in c is kept for backward and gets a gradient of the same size, 2*T*V*c; the
+  log-probs go through the vocabulary in position chunks of 2^24 elements (2^24 // V positions),
+  so only one [chunk, V] block of fp32 temporaries exists at a time: 3*4 bytes per element (the
+  upcast divided by the temperature, log_softmax, its gradient in backward). The unchunked
+  figure, T_r*V*(c + 12) over the T_r response positions (the [N, L, V] gathered copy, its fp32
+  upcast, log_softmax and gradient), is reported next to it so users see why chunking matters.
+- a fixed 2 GiB on a GPU for the CUDA context and cuBLAS workspaces (~0.5 GiB), NCCL
+  communicator buffers (~0.5 GiB) and caching-allocator fragmentation (~1 GiB, about 5% of a
+  full GPU); nothing on a CPU run.
+
+Rollout, per GPU (vLLM): weights P*c/TP; vLLM's budget is `gpu_memory_utilization` x the GPU's
+memory, from which it takes the weights and ~1.5 GiB for its CUDA context, NCCL and the peak
+activations of its profiling run (that figure reproduces the audit's A10G and A100-80 KV sizes
+for Qwen2.5-7B); the rest is KV cache at 2*L*max(k/TP, 1)*d*c bytes per token (KV heads are
+replicated when TP exceeds them). It does not fit when the weights alone exceed the budget, or
+when the cache cannot hold `rollout.max_model_len` tokens (default: the model's
+max_position_embeddings): vLLM refuses to start in both cases. The hf engine keeps weights and a
+KV cache for `rollout.batch_size` sequences, unsharded.
+
+Colocated (`placement.mode=colocated`): one learner rank and one vLLM worker share each GPU, and
+vLLM sleeps while the learner trains (sleep level 1 moves its weights to host memory, level 2
+discards them; both free the weights and the KV cache on the GPU and keep ~1 GiB of CUDA
+context and graph pools). The peak is the larger of the training phase (learner peak + vLLM
+asleep) and the generation phase (what the learner keeps between steps: weights, optimizer state,
+reference and its 2 GiB overhead, + vLLM's whole budget, gpu_memory_utilization x memory).
+
+GPU memory ("usable") is the total CUDA reports to torch and vLLM (slightly under the nominal
+size: ECC and driver reservations): see `GPUS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from rlrun.config import Config, ConfigError, ModelConfig
+
+GIB = 1024**3
+MIB = 1024**2
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+# Fixed overheads; see the module docstring for why these numbers.
+LEARNER_OVERHEAD = 2 * GIB
+VLLM_OVERHEAD = int(1.5 * GIB)
+VLLM_ASLEEP = 1 * GIB
+DEFAULT_PROMPT_TOKENS = 512
+# Elements per chunk of the chunked log-prob (rlrun.policy_update._LOGPROB_CHUNK_ELEMENTS).
+LOGPROB_CHUNK_ELEMENTS = 2**24
+# fp32 temporaries per logit in a log-prob chunk: upcast/temperature, log_softmax, gradient.
+_LOGIT_FP32_COPIES = 3
+
+TINY = "tiny"
+# ByT5Tokenizer(extra_ids=0): 256 bytes + pad, eos, unk (rlrun.models.build_tiny_model).
+TINY_VOCAB = 259
+TINY_MAX_POSITIONS = 4096
+
+SUGGEST_LORA_RANK = 16
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    label: str
+    usable_gib: float  # what torch.cuda / vLLM see as total memory
+    why: str
+
+
+GPUS: dict[str, Gpu] = {
+    "a10g": Gpu("a10g", "NVIDIA A10G 24 GB", 22.5, "23,028 MiB per nvidia-smi (audit: ~22.5 GiB)"),
+    "a100-40": Gpu("a100-40", "NVIDIA A100 40 GB", 39.4, "torch reports 39.39 GiB"),
+    "a100-80": Gpu("a100-80", "NVIDIA A100 80 GB", 79.2, "torch reports 79.15 GiB"),
+    "h100": Gpu("h100", "NVIDIA H100 80 GB", 79.1, "torch reports ~79.1 GiB (HBM3, 81,559 MiB)"),
+    "h200": Gpu("h200", "NVIDIA H200 141 GB", 139.8, "torch reports ~139.8 GiB (143,771 MiB)"),
+}
+
+
+def gpu_from_name(name: str, memory_mib: float | None = None) -> str | None:
+    """The `GPUS` key for a device name as nvidia-smi or Ray's accelerator_type spell it
+    ("NVIDIA A10G", "A100-80G", "H100"); None when unknown. A100 needs memory (or 40/80 in the
+    name) to tell the two sizes apart."""
+    key = name.upper().replace("NVIDIA", "").strip()
+    if key.lower() in GPUS:
+        return key.lower()
+    if "A10G" in key:
+        return "a10g"
+    if "H200" in key:
+        return "h200"
+    if "H100" in key:
+        return "h100"
+    if "A100" in key:
+        if "80" in key.replace("A100", "") or (memory_mib is not None and memory_mib > 50_000):
+            return "a100-80"
+        if "40" in key.replace("A100", "") or memory_mib is not None:
+            return "a100-40"
+    return None
+
+
+def detect_gpu() -> str | None:
+    """The GPU type of this machine: $RLRUN_GPU, else nvidia-smi's first device; None if
+    neither says (a CPU-only driver node cannot know what its workers have)."""
+    env = os.environ.get("RLRUN_GPU")
+    if env:
+        return env.lower() if env.lower() in GPUS else gpu_from_name(env)
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip().splitlines()
+        name, mem = out[0].rsplit(",", 1)
+        return gpu_from_name(name, float(mem))
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def gpu_spec(gpu: str) -> Gpu:
+    """The `GPUS` entry for `gpu`, or a one-line ConfigError listing the known names."""
+    spec = GPUS.get(gpu.lower())
+    if spec is None:
+        raise ConfigError(f"--gpu {gpu!r} is not a known GPU type: choose one of {', '.join(GPUS)}")
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# The model's shape
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The architecture numbers the planner needs, read from a `config.json`."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+    max_positions: int
+    qkv_bias: bool = False  # Qwen2: bias on q/k/v
+    qk_norm: bool = False  # Qwen3: RMSNorm on each head's q and k
+    source: str = ""  # where the config came from, for the report
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any], source: str = "") -> ModelShape:
+        """From a HF `config.json` dict (multimodal configs: their `text_config`)."""
+        if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
+            config = {**config["text_config"], "model_type": config.get("model_type")}
+        try:
+            hidden = int(config["hidden_size"])
+            heads = int(config["num_attention_heads"])
+            shape = cls(
+                hidden=hidden,
+                intermediate=int(config["intermediate_size"]),
+                layers=int(config["num_hidden_layers"]),
+                heads=heads,
+                kv_heads=int(config.get("num_key_value_heads") or heads),
+                head_dim=int(config.get("head_dim") or hidden // heads),
+                vocab=int(config["vocab_size"]),
+                # Absent means untied in the Llama/Qwen2 config classes (PretrainedConfig says
+                # tied, but decoder configs override it); untied is also the larger estimate.
+                tied=bool(config.get("tie_word_embeddings", False)),
+                max_positions=int(config.get("max_position_embeddings") or 4096),
+                qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
+                qk_norm=config.get("model_type") in ("qwen3", "qwen3_moe"),
+                source=source,
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise ConfigError(
+                f"model config from {source or 'config.json'} lacks {err} (the planner needs "
+                "hidden_size, intermediate_size, num_hidden_layers, num_attention_heads and "
+                "vocab_size)"
+            ) from None
+        return shape
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """[d_in, d_out] of each linear of one decoder layer, by its HF module name."""
+        h, i = self.hidden, self.intermediate
+        return {
+            "q_proj": (h, self.q_dim), "k_proj": (h, self.kv_dim), "v_proj": (h, self.kv_dim),
+            "o_proj": (self.q_dim, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h),
+        }
+
+    @property
+    def layer_params(self) -> int:
+        n = sum(a * b for a, b in self.linear_shapes().values())
+        if self.qkv_bias:
+            n += self.q_dim + 2 * self.kv_dim
+        if self.qk_norm:
+            n += 2 * self.head_dim
+        return n + 2 * self.hidden  # two RMSNorm weights
+
+    @property
+    def root_params(self) -> int:
+        """Everything outside the decoder layers: embeddings, final norm, untied lm_head."""
+        return self.vocab * self.hidden * (1 if self.tied else 2) + self.hidden
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params + self.root_params
+
+    def lora_params(self, rank: int, targets: list[str]) -> int:
+        shapes = self.linear_shapes()
+        per_layer = sum(rank * sum(shapes[t]) for t in targets if t in shapes)
+        return self.layers * per_layer
+
+    def kv_bytes_per_token(self, dtype_bytes: int, tp: int = 1) -> int:
+        """KV cache bytes of one token on one GPU: 2 (K and V) x L x KV heads x d x bytes / TP,
+        KV heads replicated (never fewer than one per GPU) when TP exceeds them."""
+        return int(2 * self.layers * max(self.kv_heads / tp, 1) * self.head_dim * dtype_bytes)
+
+    def activation_bytes_per_token_layer(self, c: int) -> int:
+        """A in the module docstring: bytes one layer saves for backward per token."""
+        h = self.hidden
+        linear_inputs = 2 * h + self.q_dim + 2 * self.kv_dim + self.q_dim + 4 * self.intermediate
+        return c * linear_inputs + 2 * (4 * h + c * h)
+
+    def describe(self) -> str:
+        return (f"{_count(self.params)} params, {self.layers} layers, hidden {self.hidden}, "
+                f"{self.heads} heads / {self.kv_heads} KV x {self.head_dim}, vocab {self.vocab}, "
+                f"{'tied' if self.tied else 'untied'} embeddings")
+
+
+def _count(n: float) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.2f} M"
+
+
+def _decimal(n: float) -> str:
+    """Bytes in decimal units, as model cards quote weights."""
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.2f} MB"
+
+
+def tiny_model_config(cfg: ModelConfig) -> dict[str, Any]:
+    """The config.json `rlrun.models.build_tiny_model` writes for `model.tiny` (a Qwen3 with
+    the byte tokenizer and tied embeddings), built without transformers."""
+    t = cfg.tiny
+    if t.hidden_size % t.num_heads:
+        raise ConfigError(
+            f"model.tiny.hidden_size={t.hidden_size} must be a multiple of "
+            f"model.tiny.num_heads={t.num_heads}"
+        )
+    return {
+        "model_type": "qwen3", "hidden_size": t.hidden_size,
+        "intermediate_size": t.intermediate_size, "num_hidden_layers": t.num_layers,
+        "num_attention_heads": t.num_heads, "num_key_value_heads": t.num_heads,
+        "head_dim": t.hidden_size // t.num_heads, "vocab_size": TINY_VOCAB,
+        "tie_word_embeddings": True, "max_position_embeddings": TINY_MAX_POSITIONS,
+        "attention_bias": False, "torch_dtype": "float32",
+    }
+
+
+def shipped_config(repo: str) -> dict[str, Any] | None:
+    """The architecture fields shipped in `rlrun/model_configs/` for a hub id, if any."""
+    name = repo.replace("/", "__") + ".json"
+    entry = resources.files("rlrun").joinpath("model_configs", name)
+    if not entry.is_file():
+        return None
+    return json.loads(entry.read_text())
+
+
+def shipped_models() -> list[str]:
+    folder = resources.files("rlrun").joinpath("model_configs")
+    return sorted(p.name[: -len(".json")].replace("__", "/")
+                  for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def _hub_offline() -> bool:
+    return any(os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
+               for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    # huggingface_hub retries an unreachable hub for ~25 s; one TCP connect answers in ms.
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
+
+
+def _hub_config(repo: str) -> dict[str, Any] | None:
+    """config.json of a hub id from the HF cache, else from the hub when it answers."""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        return None
+    attempts = [True] if _hub_offline() else [True, False]
+    for local_only in attempts:
+        if not local_only and not _hub_reachable():
+            return None
+        try:
+            path = hf_hub_download(repo, "config.json", local_files_only=local_only)
+        except Exception:  # any hub failure (network, auth, missing file): use the fallback
+            continue
+        return json.loads(Path(path).read_text())
+    return None
+
+
+def load_model_config(model: ModelConfig) -> tuple[dict[str, Any], str]:
+    """`(config.json as a dict, where it came from)` for `model.path`: the tiny model's settings,
+    a local directory, the hub (cache first), or the copy shipped for the recipes' models."""
+    path = model.path
+    if path == TINY:
+        return tiny_model_config(model), "model.tiny"
+    local = Path(path).expanduser()
+    if path.startswith(("/", "./", "../", "~")) or local.exists():
+        file = local / "config.json" if local.is_dir() else local
+        if not file.is_file():
+            raise ConfigError(f"model.path={path!r}: {file} does not exist (expected a model "
+                              "directory holding config.json)")
+        return json.loads(file.read_text()), str(file)
+    config = _hub_config(path)
+    if config is not None:
+        return config, f"hub {path}"
+    config = shipped_config(path)
+    if config is not None:
+        return config, "shipped copy (hub not reachable)"
+    raise ConfigError(
+        f"model.path={path!r}: no config.json in the Hugging Face cache, the hub cannot be "
+        f"reached, and no shipped copy (shipped: {', '.join(shipped_models())}); point "
+        "model.path at a local model directory"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Layout: the knobs of a config the planner reads, flat, so the search can vary them cheaply
+
+
+@dataclass(frozen=True)
+class Layout:
+    compute_dtype: str
+    master_dtype: str
+    strategy: str
+    num_workers: int
+    cpu_offload: bool
+    gradient_checkpointing: bool
+    lora_rank: int
+    lora_targets: tuple[str, ...]
+    micro_batch_size: int
+    max_tokens_per_micro_batch: int | None
+    samples_per_rank_update: int  # a micro-batch never holds more than one rank's update share
+    attention: str
+    reference: bool
+    prompt_tokens: int
+    max_new_tokens: int
+    engine: str
+    rollout_batch_size: int
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    max_model_len: int | None
+    num_actors: int
+    colocated: bool
+    learner_on_gpu: bool
+    rollout_on_gpu: bool
+    batch: int  # prompts_per_step * group_size, for valid num_workers
+    mini_batches: int
+
+    @classmethod
+    def from_config(cls, cfg: Config, prompt_tokens: int = DEFAULT_PROMPT_TOKENS) -> Layout:
+        learner, rollout, algo = cfg.learner, cfg.rollout, cfg.algo
+        batch = algo.prompts_per_step * algo.group_size
+        return cls(
+            compute_dtype=cfg.model.dtype,
+            master_dtype=learner.master_dtype,
+            strategy=learner.strategy,
+            num_workers=learner.num_workers,
+            cpu_offload=learner.cpu_offload,
+            gradient_checkpointing=learner.gradient_checkpointing,
+            lora_rank=learner.lora.rank,
+            lora_targets=tuple(learner.lora.target_modules),
+            micro_batch_size=learner.micro_batch_size,
+            max_tokens_per_micro_batch=learner.max_tokens_per_micro_batch,
+            samples_per_rank_update=max(1, batch // (algo.mini_batches * learner.num_workers)),
+            attention=learner.attention,
+            reference=algo.kl_coef > 0,
+            prompt_tokens=prompt_tokens,
+            max_new_tokens=rollout.sampling.max_new_tokens,
+            engine=rollout.engine,
+            rollout_batch_size=rollout.batch_size,
+            tensor_parallel_size=rollout.tensor_parallel_size,
+            gpu_memory_utilization=rollout.gpu_memory_utilization,
+            max_model_len=rollout.max_model_len,
+            num_actors=rollout.num_actors,
+            colocated=cfg.placement.mode == "colocated",
+            learner_on_gpu=learner.num_gpus > 0,
+            rollout_on_gpu=rollout.num_gpus > 0,
+            batch=batch,
+            mini_batches=algo.mini_batches,
+        )
+
+    @property
+    def seq_len(self) -> int:
+        s = self.prompt_tokens + self.max_new_tokens
+        return min(s, self.max_model_len) if self.max_model_len else s
+
+    @property
+    def micro_tokens(self) -> int:
+        if self.max_tokens_per_micro_batch:
+            return self.max_tokens_per_micro_batch
+        rows = min(self.micro_batch_size, self.samples_per_rank_update)
+        return rows * self.seq_len
+
+    def with_workers(self, n: int) -> Layout:
+        return dataclasses.replace(
+            self, num_workers=n,
+            samples_per_rank_update=max(1, self.batch // (self.mini_batches * n)),
+        )
+
+
+# Which config key each searched Layout field comes from.
+_KEYS = {
+    "strategy": "learner.strategy",
+    "num_workers": "learner.num_workers",
+    "cpu_offload": "learner.cpu_offload",
+    "gradient_checkpointing": "learner.gradient_checkpointing",
+    "lora_rank": "learner.lora.rank",
+    "micro_batch_size": "learner.micro_batch_size",
+    "max_tokens_per_micro_batch": "learner.max_tokens_per_micro_batch",
+    "tensor_parallel_size": "rollout.tensor_parallel_size",
+    "gpu_memory_utilization": "rollout.gpu_memory_utilization",
+    "max_model_len": "rollout.max_model_len",
+    "num_actors": "rollout.num_actors",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans
+
+
+@dataclass
+class Item:
+    """One line of a role's memory: what, how many bytes, and on the GPU or in host memory."""
+
+    name: str
+    nbytes: float
+    host: bool = False  # lives in host memory (cpu_offload): not part of the GPU total
+    detail: str = ""
+    info: bool = False  # shown for explanation only (colocated phases): not part of any total
+
+
+@dataclass
+class RolePlan:
+    role: str
+    items: list[Item]
+    capacity: float | None  # bytes this role may use on one GPU; None: not checked (CPU)
+    what: str = ""  # e.g. "per rank: fsdp2 over 8 ranks"
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # one line each; empty when it fits
+
+    @property
+    def total(self) -> float:
+        return sum(i.nbytes for i in self.items if not (i.host or i.info))
+
+    @property
+    def host(self) -> float:
+        return sum(i.nbytes for i in self.items if i.host and not i.info)
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.capacity is None else not self.problems
+
+    @property
+    def margin(self) -> float | None:
+        return None if self.capacity is None else self.capacity - self.total
+
+    def item(self, name: str) -> Item:
+        return next(i for i in self.items if i.name.startswith(name))
+
+
+@dataclass
+class LearnerPlan(RolePlan):
+    resident: float = 0.0  # GPU bytes kept between steps (colocated: while vLLM is awake)
+    tokens: int = 0  # tokens in one micro-batch
+    unchunked_logprob_bytes: float = 0.0
+
+    @property
+    def states(self) -> float:
+        """Weights + gradients + optimizer state, wherever they live."""
+        return sum(i.nbytes for i in self.items if i.name.startswith(_STATE_ITEMS))
+
+
+_STATE_ITEMS = ("weights", "gradients", "optimizer", "frozen base", "adapters")
+
+
+@dataclass
+class RolloutPlan(RolePlan):
+    weights: float = 0.0
+    kv_bytes_per_token: int = 0
+    kv_tokens: int | None = None
+    sequences: int | None = None
+    seq_len: int = 0
+    budget: float | None = None
+
+
+@dataclass
+class Plan:
+    """What `estimate` found: the model, the GPU, and each role's bytes and verdict."""
+
+    shape: ModelShape
+    gpu: Gpu | None
+    layout: Layout
+    learner: LearnerPlan
+    rollout: RolloutPlan
+    colocated: RolePlan | None = None
+
+    @property
+    def roles(self) -> list[RolePlan]:
+        return [r for r in (self.learner, self.rollout, self.colocated) if r is not None]
+
+    @property
+    def problems(self) -> list[str]:
+        return [p for r in self.roles for p in r.problems]
+
+    @property
+    def fits(self) -> bool | None:
+        verdicts = [r.fits for r in self.roles if r.fits is not None]
+        return None if not verdicts else all(verdicts)
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool,
+             chunk: int) -> LearnerPlan:
+    m, c = DTYPE_BYTES[lay.master_dtype], DTYPE_BYTES[lay.compute_dtype]
+    fsdp = lay.strategy == "fsdp2"
+    shards = lay.num_workers if fsdp else 1
+    offload = fsdp and lay.cpu_offload
+    on_gpu = gpu is not None or lay.learner_on_gpu
+    p = shape.params
+    items: list[Item] = []
+    notes: list[str] = []
+    per = f" / {shards} ranks" if shards > 1 else ""
+    if lay.lora_rank > 0:
+        a = shape.lora_params(lay.lora_rank, list(lay.lora_targets))
+        items.append(Item("frozen base", p * c / shards, offload,
+                          f"{lay.compute_dtype}{per}"))
+        # PEFT's autocast_adapter_dtype keeps adapters in fp32 over a 16-bit base.
+        items.append(Item("adapters", 4 * a * 4 / shards, offload,
+                          f"{a / 1e6:.1f} M params x (weights, grads, 2 AdamW moments) in "
+                          "float32"))
+        trained = a
+    else:
+        items.append(Item("weights", p * m / shards, offload, f"{lay.master_dtype} master{per}"))
+        items.append(Item("gradients", p * m / shards, offload, f"{lay.master_dtype}{per}"))
+        items.append(Item("optimizer", 2 * p * m / shards, offload,
+                          f"AdamW exp_avg + exp_avg_sq, {lay.master_dtype}{per}"))
+        trained = p
+    if not fsdp and lay.num_workers > 1:
+        grad_bytes = 4 if lay.lora_rank else m
+        items.append(Item("DDP buckets", trained * grad_bytes, False,
+                          "all-reduce buckets (gradient_as_bucket_view=False)"))
+    if fsdp:
+        root, layer = shape.root_params, shape.layer_params
+        # Unsharded gradients wait for reduce-scatter only where weights are trained.
+        grads = 0 if lay.lora_rank else root + layer
+        items.append(Item("working copy", (root + 2 * layer + grads) * c, False,
+                          "FSDP2 all-gathered root + 2 layers"
+                          + ("" if lay.lora_rank else " and their unsharded grads")
+                          + f", {lay.compute_dtype}"))
+    elif lay.master_dtype != lay.compute_dtype and lay.lora_rank == 0:
+        items.append(Item("working copy", p * c, False,
+                          f"autocast {lay.compute_dtype} casts of every weight, kept for backward"))
+    if lay.cpu_offload and not fsdp:
+        notes.append("learner.cpu_offload only applies under learner.strategy=fsdp2: ignored")
+    if gpu is not None and not lay.learner_on_gpu:
+        notes.append(f"learner.num_gpus=0 runs the learner on CPU; checked as if on an {gpu.name}")
+    if lay.reference and lay.lora_rank == 0:
+        items.append(Item("reference model", p * c / shards, offload,
+                          f"{lay.compute_dtype}{per} (algo.kl_coef > 0)"))
+    elif lay.reference:
+        notes.append("reference model: the base with adapters off (no extra memory)")
+
+    tokens = lay.micro_tokens
+    seq = lay.seq_len
+    rows = max(1, math.ceil(tokens / seq))
+    per_layer = shape.activation_bytes_per_token_layer(c)
+    final_norm = tokens * (4 * shape.hidden + 2 * c * shape.hidden)
+    if lay.gradient_checkpointing:
+        act = shape.layers * tokens * shape.hidden * c + tokens * per_layer + final_norm
+        how = "checkpointed per layer"
+    else:
+        act = shape.layers * tokens * per_layer + final_norm
+        how = "no checkpointing"
+    if lay.attention == "eager":
+        scores = rows * shape.heads * seq * seq * (4 + c)
+        act += scores * (1 if lay.gradient_checkpointing else shape.layers)
+        how += ", eager attention scores"
+    items.append(Item("activations", act, False,
+                      f"{rows} x {seq} = {tokens} tokens, {how}"))
+    v = shape.vocab
+    items.append(Item("logits", 2 * tokens * v * c, False,
+                      f"lm_head output [{tokens}, {v}] {lay.compute_dtype}, kept for backward, "
+                      "+ its gradient"))
+    response = min(tokens, rows * lay.max_new_tokens)
+    fp32 = 4 * _LOGIT_FP32_COPIES
+    unchunked = response * v * (c + fp32)
+    if chunked:
+        n = min(max(1, chunk // v), response)
+        items.append(Item("log-probs", n * v * fp32, False,
+                          f"one [{n}, {v}] fp32 chunk (unchunked [N, L, V] fp32: "
+                          f"{_size(unchunked)})"))
+    else:
+        items.append(Item("log-probs", unchunked, False,
+                          f"unchunked [{response}, {v}]: gathered copy + fp32 + log_softmax"))
+    if on_gpu:
+        items.append(Item("CUDA context + fragmentation", LEARNER_OVERHEAD, False,
+                          "fixed: context, NCCL buffers, allocator slack"))
+    resident = sum(i.nbytes for i in items if not i.host and i.name in
+                   ("frozen base", "adapters", "weights", "optimizer", "reference model",
+                    "CUDA context + fragmentation"))
+    what = (f"per rank: {lay.strategy} x {lay.num_workers}, master {lay.master_dtype}, compute "
+            f"{lay.compute_dtype}" + (", cpu_offload" if offload else "")
+            + (f", LoRA r={lay.lora_rank}" if lay.lora_rank else ""))
+    plan = LearnerPlan("learner", items, None if gpu is None else gpu.usable_gib * GIB, what,
+                       notes, resident=resident, tokens=tokens, unchunked_logprob_bytes=unchunked)
+    if gpu is not None and plan.total > plan.capacity:
+        plan.problems.append(
+            f"learner needs {_gib(plan.total)} per GPU, more than the {_gib(plan.capacity)} of "
+            f"an {gpu.name}: shard it (learner.strategy=fsdp2), offload, checkpoint activations, "
+            "use LoRA or a smaller learner.micro_batch_size")
+    return plan
+
+
+def _rollout(shape: ModelShape, lay: Layout, gpu: Gpu | None) -> RolloutPlan:
+    c = DTYPE_BYTES[lay.compute_dtype]
+    seq = lay.seq_len
+    if lay.engine != "vllm":
+        weights = shape.params * c
+        kv_token = shape.kv_bytes_per_token(c, 1)
+        kv = lay.rollout_batch_size * seq * kv_token
+        items = [Item("weights", weights, False, f"{lay.compute_dtype}, hf engine (unsharded)"),
+                 Item("KV cache", kv, False,
+                      f"{lay.rollout_batch_size} sequences x {seq} tokens x {kv_token} B")]
+        if gpu is not None or lay.rollout_on_gpu:
+            items.append(Item("CUDA context + fragmentation", LEARNER_OVERHEAD, False,
+                              "fixed, as for the learner"))
+        plan = RolloutPlan("rollout", items, None if gpu is None else gpu.usable_gib * GIB,
+                           "per engine: hf (transformers generate)", weights=weights,
+                           kv_bytes_per_token=kv_token, seq_len=seq)
+        if gpu is not None and not lay.rollout_on_gpu:
+            plan.notes.append(f"rollout.num_gpus=0 generates on CPU; checked as if on an "
+                              f"{gpu.name}")
+        if gpu is not None and plan.total > plan.capacity:
+            plan.problems.append(f"rollout (hf engine) needs {_gib(plan.total)}, more than the "
+                                 f"{_gib(plan.capacity)} of an {gpu.name}")
+        return plan
+    tp = lay.tensor_parallel_size
+    weights = shape.params * c / tp
+    kv_token = shape.kv_bytes_per_token(c, tp)
+    what = f"per GPU: vLLM TP={tp}, gpu_memory_utilization={lay.gpu_memory_utilization:g}"
+    items = [Item("weights", weights, False, f"{lay.compute_dtype} / TP {tp}"),
+             Item("vLLM overhead", VLLM_OVERHEAD, False,
+                  "fixed: context, NCCL, profiling-run activations")]
+    notes: list[str] = []
+    if shape.heads % tp:
+        notes.append(f"TP={tp} does not divide the {shape.heads} attention heads: vLLM refuses it")
+    if gpu is None:
+        return RolloutPlan("rollout", items, None, what, notes, weights=weights,
+                           kv_bytes_per_token=kv_token, seq_len=seq)
+    budget = lay.gpu_memory_utilization * gpu.usable_gib * GIB
+    kv = max(0.0, budget - weights - VLLM_OVERHEAD)
+    kv_tokens = int(kv // kv_token)
+    max_len = lay.max_model_len or shape.max_positions
+    items.append(Item("KV cache", kv, False,
+                      f"{kv_tokens:,} tokens x {kv_token / 1024:g} KiB = {kv_tokens // seq:,} "
+                      f"sequences of {seq}"))
+    plan = RolloutPlan("rollout", items, budget, what, notes, weights=weights,
+                       kv_bytes_per_token=kv_token, kv_tokens=kv_tokens,
+                       sequences=kv_tokens // seq, seq_len=seq, budget=budget)
+    if shape.heads % tp:
+        plan.problems.append(f"rollout.tensor_parallel_size={tp} must divide the model's "
+                             f"{shape.heads} attention heads")
+    if weights > budget:
+        plan.problems.append(
+            f"rollout weights ({_gib(weights)} per GPU) exceed gpu_memory_utilization x memory "
+            f"({lay.gpu_memory_utilization:g} x {gpu.usable_gib:g} = {_gib(budget)}): raise "
+            "rollout.gpu_memory_utilization or rollout.tensor_parallel_size")
+    elif kv_tokens < max_len:
+        limit = (f"rollout.max_model_len={max_len}" if lay.max_model_len else
+                 f"the model's {max_len} positions (rollout.max_model_len unset)")
+        plan.problems.append(
+            f"rollout KV cache holds {kv_tokens:,} tokens, fewer than {limit}: vLLM will not "
+            f"start; set rollout.max_model_len={seq} or give vLLM more memory")
+    return plan
+
+
+def _colocated(learner: LearnerPlan, rollout: RolloutPlan, lay: Layout,
+               gpu: Gpu | None) -> RolePlan:
+    util = lay.gpu_memory_utilization
+    train = learner.total + VLLM_ASLEEP
+    items = [Item("train phase", train, False,
+                  f"learner {_gib(learner.total)} + vLLM asleep {_gib(VLLM_ASLEEP)}"),
+             Item("generate phase", 0.0, False, "")]
+    capacity = None if gpu is None else gpu.usable_gib * GIB
+    if gpu is not None:
+        awake = learner.resident + util * gpu.usable_gib * GIB
+        items[1] = Item("generate phase", awake, False,
+                        f"learner resident {_gib(learner.resident)} + vLLM {util:g} x "
+                        f"{gpu.usable_gib:g} GiB")
+    peak = max(i.nbytes for i in items)
+    # Shown as a single peak line: the two phases never overlap.
+    shown = [Item("peak", peak, detail="the larger phase below")] + [
+        dataclasses.replace(i, info=True) for i in items]
+    plan = RolePlan("colocated", shown, capacity,
+                    "per GPU: one learner rank + one vLLM worker; sleep level 1 (weights to "
+                    "host) or 2 (discarded) frees the same GPU memory")
+    plan.notes.append(f"sleep level 1 keeps {_gib(rollout.weights)} of vLLM weights per GPU in "
+                      "host memory while the learner trains; level 2 keeps none")
+    gpus_rollout = lay.num_actors * lay.tensor_parallel_size
+    if gpus_rollout != lay.num_workers:
+        plan.notes.append(f"rollout.num_actors x tensor_parallel_size = {gpus_rollout} GPUs, "
+                          f"learner.num_workers = {lay.num_workers}: colocation pairs one of each "
+                          "per GPU")
+    if gpu is not None and peak > capacity:
+        phase = "train" if train >= items[1].nbytes else "generate"
+        fix = ("lower rollout.gpu_memory_utilization or shrink what the learner keeps between "
+               "steps" if phase == "generate" else "shrink the learner")
+        plan.problems.append(f"colocated {phase} phase needs {_gib(peak)} per GPU, more than the "
+                             f"{_gib(capacity)} of an {gpu.name}: {fix}")
+    return plan
+
+
+def _estimate(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool = True,
+              chunk: int = LOGPROB_CHUNK_ELEMENTS) -> Plan:
+    learner = _learner(shape, lay, gpu, chunked, chunk)
+    rollout = _rollout(shape, lay, gpu)
+    colocated = _colocated(learner, rollout, lay, gpu) if lay.colocated else None
+    return Plan(shape, gpu, lay, learner, rollout, colocated)
+
+
+def estimate(
+    cfg: Config,
+    model_config: dict[str, Any],
+    gpu: str | None,
+    *,
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
+    chunked_logprobs: bool = True,
+    logprob_chunk: int = LOGPROB_CHUNK_ELEMENTS,
+    source: str = "",
+) -> Plan:
+    """Per-GPU bytes of each role of `cfg` for the model described by `model_config` (a
+    config.json dict) on `gpu` (a `GPUS` key). `gpu=None` reports bytes only, with no verdict:
+    a CPU run, whose learner part is comparable with a measured CPU peak (`chunked_logprobs=False`
+    counts a learner that materialises the full [N, L, V] log_softmax instead)."""
+    spec = None if gpu is None else gpu_spec(gpu)
+    shape = ModelShape.from_config(model_config, source)
+    return _estimate(shape, Layout.from_config(cfg, prompt_tokens), spec, chunked_logprobs,
+                     logprob_chunk)
+
+
+# ---------------------------------------------------------------------------------------------
+# Suggestions: the nearest layout that fits
+
+
+@dataclass
+class Suggestion:
+    """Overrides that make a config fit, with the plan they give."""
+
+    overrides: dict[str, Any]
+    plan: Plan
+    cost: float
+
+    @property
+    def line(self) -> str:
+        return " ".join(f"{k}={_format_value(v)}" for k, v in self.overrides.items())
+
+
+def _format_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+# How far a change moves from the user's layout (lower is nearer). Roughly its price in speed or
+# in what is trained: halving the micro-batch only slows kernels a little; checkpointing costs
+# ~30% more compute; each doubling of GPUs is real money; CPU offload makes every step wait on
+# PCIe and a CPU optimizer; LoRA changes what is trained.
+_COST = {
+    "halve": 0.5, "gradient_checkpointing": 1.0, "fsdp2": 1.0, "double_gpus": 1.0,
+    "cpu_offload": 3.0, "lora": 4.0, "tp_double": 1.0, "util": 0.5, "max_model_len": 0.5,
+}
+_WORKERS = (2, 4, 8, 16)
+_TPS = (1, 2, 4, 8)
+
+
+def _learner_options(base: Layout) -> list[tuple[float, Layout]]:
+    out: list[tuple[float, Layout]] = []
+    strategies = [base.strategy] + (["fsdp2"] if base.strategy != "fsdp2" else [])
+    for strategy in strategies:
+        workers = [base.num_workers]
+        if strategy == "fsdp2":
+            workers += [n for n in _WORKERS
+                        if n > base.num_workers and base.batch % (base.mini_batches * n) == 0]
+        offloads = [base.cpu_offload] + ([True] if strategy == "fsdp2" and not base.cpu_offload
+                                          else [])
+        ckpts = [base.gradient_checkpointing] + ([] if base.gradient_checkpointing else [True])
+        loras = [base.lora_rank] + ([] if base.lora_rank else [SUGGEST_LORA_RANK])
+        for n, offload, ckpt, lora in itertools.product(workers, offloads, ckpts, loras):
+            lay = dataclasses.replace(base.with_workers(n), strategy=strategy,
+                                      cpu_offload=offload, gradient_checkpointing=ckpt,
+                                      lora_rank=lora)
+            cost = ((strategy != base.strategy) * _COST["fsdp2"]
+                    + math.log2(n / base.num_workers) * _COST["double_gpus"]
+                    + (offload != base.cpu_offload) * _COST["cpu_offload"]
+                    + (ckpt != base.gradient_checkpointing) * _COST["gradient_checkpointing"]
+                    + (lora != base.lora_rank) * _COST["lora"])
+            for k, halved in enumerate(_halvings(lay)):
+                out.append((cost + k * _COST["halve"], halved))
+    return out
+
+
+def _halvings(lay: Layout) -> list[Layout]:
+    """`lay` and its micro-batch halved again and again, down to one sequence."""
+    out = [lay]
+    while True:
+        mb, cap = lay.micro_batch_size, lay.max_tokens_per_micro_batch
+        rows = min(mb, lay.samples_per_rank_update)
+        if cap:
+            if cap // 2 < lay.seq_len:
+                return out
+            lay = dataclasses.replace(lay, max_tokens_per_micro_batch=cap // 2)
+        else:
+            if rows <= 1:
+                return out
+            lay = dataclasses.replace(lay, micro_batch_size=max(1, rows // 2))
+        out.append(lay)
+
+
+def _rollout_options(base: Layout, shape: ModelShape) -> list[tuple[float, Layout]]:
+    out: list[tuple[float, Layout]] = []
+    if base.engine != "vllm":
+        return [(0.0, base)]
+    tps = [t for t in _TPS if t >= base.tensor_parallel_size and shape.heads % t == 0]
+    utils = [base.gpu_memory_utilization]
+    if base.colocated:
+        utils += [u for u in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+                  if u != base.gpu_memory_utilization]
+    elif base.gpu_memory_utilization < 0.9:
+        utils.append(0.9)
+    lens = [base.max_model_len]
+    if base.max_model_len is None or base.max_model_len > base.seq_len:
+        lens.append(base.seq_len)
+    for tp, util, max_len in itertools.product(tps or [base.tensor_parallel_size], utils, lens):
+        lay = dataclasses.replace(base, tensor_parallel_size=tp, gpu_memory_utilization=util,
+                                  max_model_len=max_len)
+        cost = (math.log2(tp / base.tensor_parallel_size) * _COST["tp_double"]
+                + (util != base.gpu_memory_utilization) * _COST["util"]
+                + (max_len != base.max_model_len) * _COST["max_model_len"])
+        out.append((cost, lay))
+    return out
+
+
+def _merge(learner: Layout, rollout: Layout) -> Layout | None:
+    """The learner's knobs from one layout and the rollout's from another; None when colocation
+    cannot pair them (every GPU holds one learner rank and one vLLM rank, so
+    rollout.num_actors x tensor_parallel_size must equal learner.num_workers)."""
+    lay = dataclasses.replace(
+        learner, tensor_parallel_size=rollout.tensor_parallel_size,
+        gpu_memory_utilization=rollout.gpu_memory_utilization,
+        max_model_len=rollout.max_model_len,
+    )
+    if lay.colocated and lay.engine == "vllm":
+        if lay.num_workers % lay.tensor_parallel_size:
+            return None
+        lay = dataclasses.replace(lay, num_actors=lay.num_workers // lay.tensor_parallel_size)
+    return lay
+
+
+def _overrides(base: Layout, new: Layout) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, key in _KEYS.items():
+        if getattr(new, name) != getattr(base, name):
+            out[key] = getattr(new, name)
+    tp = new.tensor_parallel_size
+    if tp != base.tensor_parallel_size and not base.colocated:
+        out["rollout.num_gpus"] = tp  # one GPU per TP worker
+    return out
+
+
+def _best(options: list[tuple[float, Layout]],
+          score: Callable[[Layout], float | None]) -> tuple[float, Layout] | None:
+    """The cheapest option whose `score` is not None (it fits); among equally cheap ones, the
+    highest score (the most room)."""
+    best: tuple[float, float, Layout] | None = None
+    for cost, lay in sorted(options, key=lambda o: o[0]):
+        if best is not None and cost > best[0]:
+            break  # sorted by cost: nothing later is nearer
+        value = score(lay)
+        if value is not None and (best is None or value > best[1]):
+            best = (cost, value, lay)
+    return None if best is None else (best[0], best[2])
+
+
+def suggest(
+    cfg: Config,
+    model_config: dict[str, Any],
+    gpu: str,
+    *,
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
+    chunked_logprobs: bool = True,
+    logprob_chunk: int = LOGPROB_CHUNK_ELEMENTS,
+) -> Suggestion | None:
+    """The nearest layout on `gpu` that fits (fsdp2 ranks, cpu_offload, gradient checkpointing,
+    LoRA rank 16, TP 1/2/4/8, gpu_memory_utilization, max_model_len, micro-batch halving), as
+    overrides; None when `cfg` already fits or nothing in that space does."""
+    spec = gpu_spec(gpu)
+    shape = ModelShape.from_config(model_config)
+    base = Layout.from_config(cfg, prompt_tokens)
+
+    def plan_of(lay: Layout) -> Plan:
+        return _estimate(shape, lay, spec, chunked_logprobs, logprob_chunk)
+
+    if plan_of(base).fits:
+        return None
+
+    def learner_room(lay: Layout) -> float | None:
+        p = _learner(shape, lay, spec, chunked_logprobs, logprob_chunk)
+        return None if p.problems else p.margin
+
+    def rollout_room(lay: Layout) -> float | None:
+        p = _rollout(shape, lay, spec)
+        if p.problems:
+            return None
+        return float(p.kv_tokens) if p.kv_tokens is not None else p.margin
+
+    def colocated_room(lay: Layout) -> float | None:
+        p = plan_of(lay)
+        return p.colocated.margin if p.fits and p.colocated is not None else None
+
+    learner_opts = _learner_options(base)
+    rollout_opts = _rollout_options(base, shape)
+    if not base.colocated:
+        # The roles use different GPUs: each takes its own nearest fix.
+        best_l = _best(learner_opts, learner_room)
+        best_r = _best(rollout_opts, rollout_room)
+        merged = None if best_l is None or best_r is None else _merge(best_l[1], best_r[1])
+        if best_l is None or best_r is None or merged is None:
+            return None
+        chosen, cost = merged, best_l[0] + best_r[0]
+    else:
+        # The roles share GPUs: search pairs, cheapest first, each role fitting on its own.
+        fit_l = [(c, lay) for c, lay in learner_opts if learner_room(lay) is not None]
+        fit_r = [(c, lay) for c, lay in rollout_opts if rollout_room(lay) is not None]
+        pairs = [(cl + cr, lay) for (cl, ll), (cr, lr) in itertools.product(fit_l, fit_r)
+                 if (lay := _merge(ll, lr)) is not None]
+        found = _best(pairs, colocated_room)
+        if found is None:
+            return None
+        cost, chosen = found
+    return Suggestion(_overrides(base, chosen), plan_of(chosen), cost)
+
+
+def check_fits(
+    cfg: Config,
+    gpu: str | None = None,
+    model_config: dict[str, Any] | None = None,
+    *,
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
+) -> list[str]:
+    """Problems that would stop `cfg` on its GPUs, one line each naming what to change; empty
+    when it fits or when no GPU type is known (CPU runs, or no $RLRUN_GPU / nvidia-smi here).
+    For `rlrun train` to call before asking Ray for GPUs."""
+    if cfg.learner.num_gpus == 0 and cfg.rollout.num_gpus == 0:
+        return []
+    gpu = gpu or detect_gpu()
+    if gpu is None:
+        return []
+    if model_config is None:
+        try:
+            model_config, _ = load_model_config(cfg.model)
+        except ConfigError:
+            # The driver may not see the model (no network, weights only on the workers): the
+            # model loaders report a bad model.path with more context than the planner can.
+            return []
+    plan = estimate(cfg, model_config, gpu, prompt_tokens=prompt_tokens)
+    # Only the roles that run on GPUs in this config (`estimate` checks every role on `gpu`).
+    on_gpu = {"learner": cfg.learner.num_gpus > 0, "rollout": cfg.rollout.num_gpus > 0,
+              "colocated": True}
+    problems = [p for role in plan.roles if on_gpu[role.role] for p in role.problems]
+    if not problems:
+        return []
+    fix = suggest(cfg, model_config, gpu, prompt_tokens=prompt_tokens)
+    tail = (f"; nearest layout that fits on {gpu}: add {fix.line}" if fix else
+            f"; nothing in the searched layouts fits on {gpu}: use a larger GPU or a smaller model")
+    return [p + tail for p in problems]
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def _size(n: float) -> str:
+    if abs(n) >= GIB:
+        return f"{n / GIB:.2f} GiB"
+    if abs(n) >= MIB:
+        return f"{n / MIB:.1f} MiB"
+    return f"{n / 1024:.1f} KiB"
+
+
+def _verdict(role: RolePlan) -> str:
+    if role.fits is None:
+        return "(no GPU type: bytes only)"
+    assert role.capacity is not None and role.margin is not None
+    if role.fits and isinstance(role, RolloutPlan) and role.kv_tokens is not None:
+        # vLLM fills its whole budget with KV cache: the room is in sequences, not bytes.
+        return (f"FITS in its {_size(role.capacity)} budget: KV cache for "
+                f"{role.kv_tokens:,} tokens = {role.sequences:,} full sequences")
+    if role.fits:
+        return f"FITS in {_size(role.capacity)} (margin {_size(role.margin)})"
+    short = f"short by {_size(-role.margin)}" if role.margin < 0 else role.problems[0]
+    return f"DOES NOT FIT in {_size(role.capacity)} ({short})"
+
+
+def _role_table(role: RolePlan, width: int = 30) -> list[str]:
+    lines = [f"{role.role} ({role.what})"]
+    for item in role.items:
+        where = " [host]" if item.host else ""
+        lines.append(f"  {item.name + where:<{width}} {_size(item.nbytes):>11}  {item.detail}")
+    label = "total per GPU" if role.capacity is not None else "total"
+    lines.append(f"  {label:<{width}} {_size(role.total):>11}  {_verdict(role)}")
+    if role.host:
+        lines.append(f"  {'host memory':<{width}} {_size(role.host):>11}  per rank (cpu_offload)")
+    lines += [f"  problem: {p}" for p in role.problems]
+    lines += [f"  note: {n}" for n in role.notes]
+    return lines
+
+
+def format_plan(plan: Plan, suggestion: Suggestion | None = None) -> str:
+    """The plan as a table per role, the verdicts, and the override line of a suggestion."""
+    lay, shape = plan.layout, plan.shape
+    gpu = (f"{plan.gpu.label} ({plan.gpu.usable_gib:g} GiB usable: {plan.gpu.why})"
+           if plan.gpu else "no GPU type given (pass --gpu to check fit)")
+    head = [
+        f"model: {shape.describe()}" + (f" [{shape.source}]" if shape.source else ""),
+        f"  weights: {_decimal(shape.params * 2)} in 16-bit, {_decimal(shape.params * 4)} "
+        f"in fp32; KV {shape.kv_bytes_per_token(DTYPE_BYTES[lay.compute_dtype]) / 1024:g} KiB "
+        f"per token at TP 1 in {lay.compute_dtype}",
+        f"gpu: {gpu}",
+        f"placement: {'colocated' if lay.colocated else 'split'}; learner "
+        f"{lay.num_workers} rank(s), rollout {lay.num_actors} engine(s) x TP "
+        f"{lay.tensor_parallel_size}; sequences {lay.prompt_tokens} prompt + "
+        f"{lay.max_new_tokens} new tokens (--prompt-tokens, rollout.sampling.max_new_tokens)",
+        "",
+    ]
+    body: list[str] = []
+    for role in plan.roles:
+        body += _role_table(role) + [""]
+    verdict = {True: "FITS", False: "DOES NOT FIT", None: "bytes only (no GPU type)"}[plan.fits]
+    tail = [f"overall: {verdict}"]
+    if plan.fits is False:
+        if suggestion is None:
+            tail.append("no layout in the searched space fits: use a larger GPU or a smaller "
+                        "model")
+        else:
+            after = "; ".join(f"{r.role} {_size(r.total)}: {_verdict(r)}"
+                              for r in suggestion.plan.roles)
+            tail += [f"nearest layout that fits: add  {suggestion.line}",
+                     f"  with it: {after}"]
+    return "\n".join(head + body + tail)

@@ -1,0 +1,306 @@
+"""The memory planner (`rlrun.plan`, `rlrun plan`): hand-checked numbers for Qwen2.5-7B against
+the audit (docs: /work/shared/reference/vllm_gpu_audit.md, "Task 3"), the fit verdicts, the
+suggested overrides really fitting, and the command line. Pure arithmetic: no torch, no Ray."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlrun.cli import main
+from rlrun.config import ConfigError, load_config
+from rlrun.plan import (
+    GIB,
+    LEARNER_OVERHEAD,
+    ModelShape,
+    check_fits,
+    estimate,
+    format_plan,
+    gpu_from_name,
+    load_model_config,
+    shipped_config,
+    shipped_models,
+    suggest,
+)
+
+Q7B = "Qwen/Qwen2.5-7B-Instruct"
+# A 7B GPU run: bf16 compute, fp32 masters (the default), 512-token prompts + 1024 new tokens.
+GPU_7B = [
+    f"model.path={Q7B}", "model.dtype=bfloat16", "rollout.engine=vllm", "rollout.num_gpus=1",
+    "learner.num_gpus=1", "rollout.sampling.max_new_tokens=1024", "learner.micro_batch_size=2",
+]
+
+
+# Eight GPUs, each holding one learner rank and one vLLM engine.
+COLOCATED_8 = ["placement.mode=colocated", "learner.num_workers=8", "rollout.num_actors=8",
+               "learner.num_gpus=0.5", "rollout.num_gpus=0.5"]
+
+
+def plan_7b(gpu: str | None, *overrides: str):
+    cfg = load_config(None, [*GPU_7B, *overrides])
+    return estimate(cfg, shipped_config(Q7B), gpu)
+
+
+def shape_7b() -> ModelShape:
+    return ModelShape.from_config(shipped_config(Q7B))
+
+
+# --- the model's numbers ---------------------------------------------------------------------
+
+
+def test_qwen7b_weights_and_kv_match_the_audit():
+    shape = shape_7b()
+    assert shape.params == 7_615_616_512  # the model card's 7.61 B
+    assert shape.params * 2 / 1e9 == pytest.approx(15.2, abs=0.05)  # bf16 weights, GB
+    assert shape.params * 2 / GIB == pytest.approx(14.2, abs=0.05)
+    assert shape.kv_bytes_per_token(2, tp=1) == 56 * 1024
+    assert shape.kv_bytes_per_token(2, tp=2) == 28 * 1024
+    # 4 KV heads over 8 GPUs: vLLM replicates, so a GPU never holds less than one head.
+    assert shape.kv_bytes_per_token(2, tp=8) == 14 * 1024
+
+
+@pytest.mark.parametrize("repo,billions", [
+    ("Qwen/Qwen2.5-0.5B-Instruct", 0.49), ("Qwen/Qwen2.5-1.5B-Instruct", 1.54),
+    ("Qwen/Qwen2.5-14B-Instruct", 14.77), ("Qwen/Qwen2.5-Coder-7B-Instruct", 7.62),
+    ("Qwen/Qwen2.5-Coder-1.5B-Instruct", 1.54),
+])
+def test_shipped_configs_give_the_published_parameter_counts(repo, billions):
+    assert repo in shipped_models()
+    assert ModelShape.from_config(shipped_config(repo)).params / 1e9 == pytest.approx(
+        billions, abs=0.01)
+
+
+def test_activation_formula_per_token_per_layer():
+    # c*(2h + q + 2kv + q + 4I) + 2*(4h + c*h), bf16: 2*(7168 + 3584 + 1024 + 3584 + 75776)
+    # + 2*(14336 + 7168).
+    assert shape_7b().activation_bytes_per_token_layer(2) == 182_272 + 43_008
+
+
+def test_tiny_model_config_matches_build_tiny_model():
+    cfg = load_config("conf/demo.yaml")
+    config, source = load_model_config(cfg.model)
+    shape = ModelShape.from_config(config, source)
+    assert (shape.vocab, shape.tied, shape.qk_norm, shape.qkv_bias) == (259, True, True, False)
+    assert (shape.hidden, shape.layers, shape.heads, shape.kv_heads) == (64, 2, 4, 4)
+
+
+# --- learner ---------------------------------------------------------------------------------
+
+
+def test_7b_ddp_fp32_masters_does_not_fit_on_a10g_and_the_suggestion_does():
+    plan = plan_7b("a10g")
+    assert plan.learner.states / 1e9 == pytest.approx(121.8, abs=0.5)  # 16 B/param
+    assert plan.fits is False and plan.learner.fits is False
+    assert "learner.strategy=fsdp2" in plan.learner.problems[0]
+    fix = suggest(load_config(None, GPU_7B), shipped_config(Q7B), "a10g")
+    assert fix is not None and fix.plan.fits
+    # The printed override line, applied to the config, really fits.
+    assert plan_7b("a10g", *fix.line.split()).fits is True
+
+
+def test_fsdp2_over_8_ranks_with_offload_and_checkpointing_fits_on_a10g():
+    plan = plan_7b("a10g", "learner.strategy=fsdp2", "learner.num_workers=8",
+                   "learner.cpu_offload=true", "learner.gradient_checkpointing=true")
+    assert plan.learner.fits is True
+    # The sharded states live in host memory: 16 B/param over 8 ranks.
+    assert plan.learner.host / 1e9 == pytest.approx(121.8 / 8, abs=0.1)
+    sharded = plan_7b("a10g", "learner.strategy=fsdp2", "learner.num_workers=8")
+    assert sharded.learner.item("weights").nbytes == pytest.approx(plan.learner.host / 4)
+    assert not sharded.learner.item("weights").host
+
+
+def test_lora_fits_on_a10g_and_its_reference_costs_nothing():
+    plan = plan_7b("a10g", "learner.lora.rank=16", "learner.gradient_checkpointing=true",
+                   "algo.kl_coef=0.05")
+    assert plan.learner.fits is True
+    base = plan.learner.item("frozen base").nbytes
+    assert base / 1e9 == pytest.approx(15.2, abs=0.05)  # bf16, not fp32
+    assert not any(i.name == "reference model" for i in plan.learner.items)
+    full = plan_7b("a10g", "algo.kl_coef=0.05", "learner.strategy=fsdp2", "learner.num_workers=4")
+    assert full.learner.item("reference model").nbytes == pytest.approx(base / 4)
+
+
+def test_checkpointing_and_micro_batch_shrink_activations():
+    plain = plan_7b(None).learner.item("activations").nbytes
+    ckpt = plan_7b(None, "learner.gradient_checkpointing=true").learner.item("activations").nbytes
+    half = plan_7b(None, "learner.micro_batch_size=1").learner.item("activations").nbytes
+    assert ckpt < plain / 5
+    assert half == pytest.approx(plain / 2)
+    capped = plan_7b(None, "learner.max_tokens_per_micro_batch=1536")
+    assert capped.learner.tokens == 1536
+
+
+def test_chunked_logprobs_are_reported_next_to_the_unchunked_cost():
+    cfg = load_config(None, GPU_7B)
+    chunked = estimate(cfg, shipped_config(Q7B), "a10g")
+    full = estimate(cfg, shipped_config(Q7B), "a10g", chunked_logprobs=False)
+    tokens, vocab, response = chunked.learner.tokens, 152_064, 2 * 1024
+    # The bf16 lm_head output is kept for backward and gets a gradient of its size, either way.
+    assert chunked.learner.item("logits").nbytes == 2 * tokens * vocab * 2
+    assert chunked.learner.unchunked_logprob_bytes == response * vocab * (2 + 12)
+    assert full.learner.item("log-probs").nbytes == chunked.learner.unchunked_logprob_bytes
+    # Chunks of 2**24 elements: 110 positions of a 152k vocabulary, in fp32 x 3.
+    assert chunked.learner.item("log-probs").nbytes == 110 * vocab * 12
+    assert "unchunked" in format_plan(chunked)
+
+
+def test_a_cpu_run_reports_bytes_without_a_verdict_or_cuda_overhead():
+    cfg = load_config("conf/demo.yaml")
+    config, _ = load_model_config(cfg.model)
+    plan = estimate(cfg, config, None)
+    assert plan.fits is None and plan.learner.capacity is None
+    assert not any(i.name.startswith("CUDA") for i in plan.learner.items)
+    on_gpu = estimate(cfg, config, "a10g")
+    assert on_gpu.learner.total == pytest.approx(plan.learner.total + LEARNER_OVERHEAD)
+
+
+# --- rollout ---------------------------------------------------------------------------------
+
+
+def test_vllm_tp1_at_half_memory_fails_on_a10g_and_tp2_at_09_fits():
+    plan = plan_7b("a10g", "rollout.gpu_memory_utilization=0.5")
+    rollout = plan.rollout
+    assert rollout.weights / GIB == pytest.approx(14.2, abs=0.05)
+    assert rollout.budget / GIB == pytest.approx(11.25)
+    assert rollout.fits is False
+    assert "rollout.gpu_memory_utilization" in rollout.problems[0]
+    tp2 = plan_7b("a10g", "rollout.tensor_parallel_size=2", "rollout.num_gpus=2",
+                  "rollout.gpu_memory_utilization=0.9").rollout
+    assert tp2.fits is True
+    assert tp2.weights / GIB == pytest.approx(7.1, abs=0.05)
+    assert tp2.kv_tokens == pytest.approx(430_000, rel=0.05)  # audit: ~430k tokens per pair
+
+
+def test_vllm_tp1_at_09_on_a10g_is_tight_but_works():
+    rollout = plan_7b("a10g", "rollout.gpu_memory_utilization=0.9").rollout
+    assert rollout.fits is True
+    assert rollout.item("KV cache").nbytes / GIB == pytest.approx(4.5, abs=0.1)
+    assert rollout.kv_tokens == pytest.approx(84_000, rel=0.03)
+    assert rollout.sequences == pytest.approx(55, abs=1)  # 1.5k-token sequences
+
+
+def test_vllm_needs_room_for_max_model_len_and_the_fix_sets_it():
+    # 0.75 x 22.5 leaves ~1.2 GiB of KV: ~22k tokens, under the model's 32768 positions.
+    plan = plan_7b("a10g", "rollout.gpu_memory_utilization=0.75")
+    assert plan.rollout.fits is False
+    assert "rollout.max_model_len=1536" in plan.rollout.problems[0]
+    assert plan_7b("a10g", "rollout.gpu_memory_utilization=0.75",
+                   "rollout.max_model_len=1536").rollout.fits is True
+
+
+def test_tp_must_divide_the_heads():
+    plan = plan_7b("h100", "rollout.tensor_parallel_size=8", "rollout.num_gpus=8")
+    assert plan.rollout.fits is False
+    assert "28 attention heads" in plan.rollout.problems[0]
+
+
+# --- colocated -------------------------------------------------------------------------------
+
+
+def test_colocated_peak_is_the_larger_phase():
+    plan = plan_7b("a100-40", *COLOCATED_8, "learner.strategy=fsdp2",
+                   "learner.gradient_checkpointing=true")
+    col = plan.colocated
+    assert col is not None and col.fits is True
+    train, generate = col.item("train phase").nbytes, col.item("generate phase").nbytes
+    assert train == pytest.approx(plan.learner.total + 1 * GIB)
+    assert generate == pytest.approx(plan.learner.resident + 0.5 * 39.4 * GIB)
+    assert col.total == max(train, generate)
+    # The learner keeps its weights and optimizer between steps, not its gradients.
+    assert plan.learner.resident < plan.learner.total - plan.learner.item("gradients").nbytes
+
+
+def test_colocated_suggestion_fits_as_a_whole():
+    assert plan_7b("a100-40", *COLOCATED_8).fits is False
+    fix = suggest(load_config(None, [*GPU_7B, *COLOCATED_8]), shipped_config(Q7B), "a100-40")
+    assert fix is not None
+    # load_config also checks the colocated pairing (num_actors x TP == num_workers).
+    assert plan_7b("a100-40", *COLOCATED_8, *fix.line.split()).fits is True
+
+
+# --- check_fits, GPU names, model configs ----------------------------------------------------
+
+
+def test_check_fits_skips_cpu_runs_and_unknown_gpus(monkeypatch):
+    monkeypatch.setattr("rlrun.plan.detect_gpu", lambda: None)
+    assert check_fits(load_config("conf/demo.yaml")) == []
+    assert check_fits(load_config(None, GPU_7B), model_config=shipped_config(Q7B)) == []
+
+
+def test_check_fits_names_what_to_change():
+    problems = check_fits(load_config(None, GPU_7B), "a10g", shipped_config(Q7B))
+    assert problems and all("\n" not in p for p in problems)
+    assert all("nearest layout that fits on a10g: add " in p for p in problems)
+    fine = [*GPU_7B, "rollout.gpu_memory_utilization=0.9", "learner.lora.rank=16",
+            "learner.gradient_checkpointing=true"]
+    assert check_fits(load_config(None, fine), "a10g", shipped_config(Q7B)) == []
+
+
+@pytest.mark.parametrize("name,memory,key", [
+    ("NVIDIA A10G", 23028, "a10g"), ("A100-80G", None, "a100-80"),
+    ("NVIDIA A100-SXM4-40GB", 40960, "a100-40"), ("NVIDIA A100-SXM4-80GB", 81920, "a100-80"),
+    ("NVIDIA H100 80GB HBM3", 81559, "h100"), ("NVIDIA H200", 143771, "h200"),
+    ("Tesla T4", 15360, None),
+])
+def test_gpu_names(name, memory, key):
+    assert gpu_from_name(name, memory) == key
+
+
+def test_a_local_model_directory_is_read(tmp_path):
+    config = dict(shipped_config(Q7B), num_hidden_layers=2)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    cfg = load_config(None, [f"model.path={tmp_path}"])
+    loaded, source = load_model_config(cfg.model)
+    assert loaded["num_hidden_layers"] == 2 and source.endswith("config.json")
+
+
+def test_an_unknown_hub_id_offline_is_one_line(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cfg = load_config(None, ["model.path=nobody/no-such-model-xyz"])
+    with pytest.raises(ConfigError) as err:
+        load_model_config(cfg.model)
+    assert "model.path='nobody/no-such-model-xyz'" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def test_cli_on_the_demo_prints_a_table(monkeypatch, capsys):
+    monkeypatch.setattr("rlrun.commands.plan.detect_gpu", lambda: None)
+    assert main(["plan", "conf/demo.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "learner (per rank" in out and "rollout (per engine: hf" in out
+    assert "activations" in out and "bytes only" in out
+
+
+def test_cli_on_a_hub_recipe_offline_uses_the_shipped_config(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["plan", "conf/gsm8k_grpo.yaml", "--gpu", "a100-80"]) == 0
+    out = capsys.readouterr().out
+    assert "hidden 896" in out and "vocab 151936" in out
+    assert "rollout (per GPU: vLLM TP=1" in out and "overall: FITS" in out
+
+
+def test_cli_suggestion_line_fits_when_run_again(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["plan", *GPU_7B, "--gpu", "a10g"]) == 1
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out
+    line = next(x for x in out.splitlines() if x.startswith("nearest layout that fits: add"))
+    fix = line.split("add", 1)[1].split()
+    assert main(["plan", *GPU_7B, *fix, "--gpu", "a10g"]) == 0
+    assert "overall: FITS" in capsys.readouterr().out
+
+
+def test_cli_bad_gpu_is_one_line(capsys):
+    assert main(["plan", "conf/demo.yaml", "--gpu", "v100"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--gpu 'v100'" in err and "a10g" in err
+
+
+def test_check_fits_ignores_roles_that_run_on_cpu():
+    cpu_learner = [*GPU_7B, "learner.num_gpus=0"]
+    problems = check_fits(load_config(None, cpu_learner), "a10g", shipped_config(Q7B))
+    assert problems and all(p.startswith("rollout") for p in problems)
