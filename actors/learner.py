@@ -37,7 +37,7 @@ from rlrun.config import Config
 from rlrun.models import DTYPES
 from rlrun.step import merge_rank_metrics
 from rlrun.weights import WeightUpdate, make_sender
-from rlrun.weights.buckets import ParamMeta
+from rlrun.weights.buckets import ParamMeta, bucket_ranges, pack
 from rlrun.weights.collective import (
     Channel,
     GroupInfo,
@@ -61,6 +61,7 @@ class LearnerWorker:
         self.cfg, self.model_path, self.rank, self.world = cfg, model_path, rank, world
         self.channel: Channel | None = None
         self.channel_device = torch.device("cpu")
+        self._ipc: tuple[Any, Any] = (iter(()), None)  # (weights left to pack, live bucket)
 
     def ping(self) -> bool:
         return True
@@ -106,11 +107,17 @@ class LearnerWorker:
     def train(self, shard: Shard) -> dict[str, float]:
         from rlrun.policy_update import train_on_shard
 
-        return train_on_shard(
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        metrics = train_on_shard(
             self.policy.train_module, self.optimizer, self.scheduler, shard, self.cfg,
             self.tokenizer.pad_token_id, world_size=self.world, ref_model=self.policy.ref,
             device=self.device,
         )
+        if cuda:
+            metrics["perf/learner_peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        return metrics
 
     def publish(self, version: int) -> WeightUpdate | None:
         """The current weights as object-store update `version`, put (and owned) by rank 0;
@@ -138,6 +145,32 @@ class LearnerWorker:
             # vLLM loads the buckets itself and cannot check them; rlrun's engines do.
             with_checksums=self.cfg.rollout.engine != "vllm",
         )
+
+    def begin_ipc(self) -> list[list[ParamMeta]]:
+        """Colocated sync over CUDA IPC: the buckets of this version, by their metadata. Every
+        rank then packs each bucket on its own GPU (`ipc_bucket`) for the engine ranks there."""
+        source = self._source()
+        metas = source.metadata()
+        self._ipc = (iter(source), None)
+        return [[metas[i] for i in r]
+                for r in bucket_ranges(metas, self.cfg.weights.bucket_mb << 20)]
+
+    def ipc_bucket(self, metas: list[ParamMeta]) -> dict[str, Any]:
+        """Pack the next bucket on this rank's GPU and return its CUDA IPC handle keyed by the
+        GPU's UUID, as vLLM's ipc backend looks it up. The bucket stays alive until the next
+        one (or `end_ipc`), while the engine on this GPU copies out of it."""
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        tensors, _ = self._ipc
+        bucket = pack(next(tensors)[1].to(self.device) for _ in metas)
+        torch.cuda.synchronize()
+        self._ipc = (tensors, bucket)
+        uuid = str(torch.cuda.get_device_properties(self.device).uuid)
+        return {uuid: reduce_tensor(bucket)[1]}
+
+    def end_ipc(self) -> None:
+        self._ipc = (iter(()), None)
+        torch.cuda.ipc_collect()
 
     def close_weight_group(self) -> None:
         if self.channel is not None:

@@ -59,8 +59,11 @@ class RolloutActor:
     def start_weight_update(self, version: int) -> None:
         self.engine.start_weight_update(version)
 
-    def update_weights(self, metas: list[ParamMeta]) -> None:
-        self.engine.update_weights(metas)
+    def update_weights(self, metas: list[ParamMeta], ipc_handles: Any = None) -> None:
+        if ipc_handles is None:
+            self.engine.update_weights(metas)
+        else:  # colocated vLLM: this bucket's CUDA IPC handles, one per GPU
+            self.engine.update_weights(metas, ipc_handles)
 
     def finish_weight_update(self, version: int, checksums: list[int]) -> None:
         self.engine.finish_weight_update(version, checksums)

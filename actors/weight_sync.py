@@ -5,6 +5,8 @@ The driver builds one with `make_weight_sync` next to the groups it connects and
 learner restored).
 
 - `ObjectStoreSync`: learner rank 0 puts the state dict, every rollout actor gets it.
+- `IPCSync` (colocated vLLM): the same phases, but each bucket is handed over as CUDA IPC
+  handles of the learner ranks' GPU memory instead of a broadcast.
 - `CollectiveSync`: learner rank 0 and every engine form one group (rlrun.weights.collective)
   and each sync runs as three phases, each under `weights.timeout_s`:
   start (every engine opens an update), transfer (the learner ranks stream packed buckets while
@@ -200,10 +202,59 @@ class CollectiveSync:
         return f"rollout actor {self.rollouts.pool.names()[slot]}"
 
 
+class IPCSync(CollectiveSync):
+    """Colocated vLLM engines read packed buckets straight out of the learner ranks' GPU
+    memory (vLLM's ipc backend): per bucket, every learner rank packs it on its own GPU and
+    hands out a CUDA IPC handle, and every engine copies from the handle of the GPU it sits
+    on. The phases, deadlines and recovery are the collective backend's."""
+
+    def _connect(self) -> None:
+        slots = self.rollouts.pool.slots()
+        info = GroupInfo("", 0, 0, 0, self.cfg.weights.bucket_mb << 20, self.timeout_s, "cuda")
+        self._phase("rendezvous", {
+            actor.init_weight_transfer.remote(info): _Member(self._name(i), i, inc)
+            for i, (actor, inc) in enumerate(slots)
+        })
+        self.built_from = self._membership()
+
+    def _sync(self, version: int) -> dict[str, float]:
+        slots = self.rollouts.pool.slots()
+        workers = self.learner.workers
+        started, nbytes = time.perf_counter(), 0
+        self._phase("start", {
+            actor.start_weight_update.remote(version): _Member(self._name(i), i, inc)
+            for i, (actor, inc) in enumerate(slots)
+        })
+        buckets = self._learner_phase("transfer", [w.begin_ipc.remote() for w in workers])[0]
+        for metas in buckets:
+            handles: dict[str, Any] = {}
+            for part in self._learner_phase("transfer",
+                                            [w.ipc_bucket.remote(metas) for w in workers]):
+                handles |= part
+            self._phase("transfer", {
+                actor.update_weights.remote(metas, handles): _Member(self._name(i), i, inc)
+                for i, (actor, inc) in enumerate(slots)
+            })
+            nbytes += sum(m.nbytes for m in metas)
+        self._learner_phase("transfer", [w.end_ipc.remote() for w in workers])
+        self._phase("finish", {
+            actor.finish_weight_update.remote(version, []): _Member(self._name(i), i, inc)
+            for i, (actor, inc) in enumerate(slots)
+        })
+        return transfer_metrics(nbytes, time.perf_counter() - started)
+
+    def _learner_phase(self, phase: str, refs: list[Any]) -> list[Any]:
+        members = {ref: _Member(f"learner rank {r}") for r, ref in enumerate(refs)}
+        results = self._phase(phase, members)
+        return [results[ref] for ref in refs]
+
+
 def make_weight_sync(
     cfg: Config, learner: LearnerGroup, rollouts: RolloutGroup
 ) -> ObjectStoreSync | CollectiveSync:
     """The sync `weights.backend` names, between these two groups."""
     if cfg.weights.backend == "object_store":
         return ObjectStoreSync(learner, rollouts)
+    if cfg.weights.backend == "ipc":
+        return IPCSync(cfg, learner, rollouts)
     return CollectiveSync(cfg, learner, rollouts)
