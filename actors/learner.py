@@ -81,7 +81,7 @@ class LearnerWorker:
         from rlrun.policy_update import warmup_schedule
 
         cfg = self.cfg
-        gpu = cfg.learner.num_gpus > 0
+        gpu = cfg.learner.num_gpus > 0 and torch.cuda.is_available()
         dist.init_process_group(
             "nccl" if gpu else "gloo", init_method=f"tcp://{address}:{port}",
             rank=self.rank, world_size=self.world,
@@ -113,7 +113,7 @@ class LearnerWorker:
         metrics = train_on_shard(
             self.policy.train_module, self.optimizer, self.scheduler, shard, self.cfg,
             self.tokenizer.pad_token_id, world_size=self.world, ref_model=self.policy.ref,
-            device=self.device,
+            device=self.device, compute_dtype=self.policy.compute_dtype,
         )
         if cuda:
             metrics["perf/learner_peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
@@ -132,10 +132,10 @@ class LearnerWorker:
         """Rank 0 (`info` given) hosts the collective weight group, which returns once every
         engine has joined; the other ranks only take part in sends (FSDP2 gathers)."""
         self.close_weight_group()
-        if info is not None:
-            engine = self.cfg.rollout.engine
-            self.channel = VLLMChannel(info) if engine == "vllm" else TorchChannel(info)
-            self.channel_device = torch.device(info.device)
+        if info is not None and self.cfg.rollout.engine == "vllm":
+            self.channel, self.channel_device = VLLMChannel(info), self.device
+        elif info is not None:
+            self.channel, self.channel_device = TorchChannel(info), torch.device(info.device)
 
     def send_weights(self) -> SendStats:
         """Stream the current weights to the engines (rank 0 sends; every rank walks the

@@ -106,7 +106,8 @@ class VLLMChannel:
         )
 
     def broadcast(self, tensor: Tensor) -> None:
-        self.comm.broadcast(tensor, src=0, stream=torch.cuda.current_stream())
+        stream = torch.cuda.current_stream() if tensor.is_cuda else None
+        self.comm.broadcast(tensor, src=0, stream=stream)
 
     def close(self) -> None:
         self.comm.destroy()

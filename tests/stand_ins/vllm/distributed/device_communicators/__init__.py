@@ -1,0 +1,1 @@
+"""Stand-in for vllm.distributed.device_communicators (only `pynccl`)."""

@@ -1,0 +1,1 @@
+"""Stand-in for the vllm.distributed.weight_transfer package (the NCCL backend, over gloo)."""

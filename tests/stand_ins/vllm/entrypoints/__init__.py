@@ -1,0 +1,1 @@
+"""Stand-in for the vllm.entrypoints package (only the offline `LLM`)."""

@@ -1,0 +1,1 @@
+"""Stand-in for the vllm.v1.worker package."""
