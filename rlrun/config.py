@@ -65,6 +65,7 @@ class DataConfig:
     prompt_template: str = "{prompt}\n{instruction}\n"  # text around the problem; {prompt} and {instruction}
     math_instruction: str = "Give the final answer after '#### '."  # answer-format instruction for math
     code_instruction: str = "Answer with a ```{language} code block."  # answer-format instruction for code
+    code_language: str | None = None  # python | cpp: the language stdin/stdout problems are solved in (null: the dataset's)
     system_prompt: str | None = None  # system message when model.chat_template is true
 
 
@@ -398,6 +399,7 @@ def validate(cfg: Config | DictConfig) -> None:
             "algo.is_correction", "none",
             "off-policy training (algo.max_staleness > 0) needs token or sequence IS correction",
         )
+    _validate_data(cfg)
     _validate_gpu_layout(cfg)
     _validate_precision(cfg)
     for i, rfn in enumerate(cfg.reward.fns):
@@ -405,6 +407,12 @@ def validate(cfg: Config | DictConfig) -> None:
             _fail(f"reward.fns.{i}.fn", rfn.fn, "use builtin or module:function")
     if not cfg.reward.fns:
         _fail("reward.fns", [], "at least one reward function is needed")
+
+
+def _validate_data(cfg: Config) -> None:
+    language = cfg.data.code_language
+    if language is not None and language not in ("python", "cpp"):
+        _fail("data.code_language", language, "choose python, cpp or null (the dataset's)")
 
 
 def _validate_gpu_layout(cfg: Config) -> None:

@@ -34,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rlrun.checkpoint import TrainState, has_checkpoints, latest_checkpoint
+from rlrun.checkpoint import TrainState, has_checkpoints, join, latest_checkpoint
 from rlrun.cluster import ClusterError, check_address, check_fits, demands
 from rlrun.config import Config, ConfigError, to_dict
 
@@ -362,6 +362,8 @@ def run_training(cfg: Config) -> dict[str, Any]:
         loop_s = time.perf_counter() - loop_start
         if not saved:  # the final (or SIGTERM-requested) stop
             learner.save(state)
+        if cfg.learner.lora.rank:  # LoRA checkpoints hold adapters: the merged model goes here
+            learner.export(join(cfg.run.output_dir, "final", "model"))
         if val and steps_run and not signalled.is_set():
             val_last = validate()
             logger.log(state.step, val_last)

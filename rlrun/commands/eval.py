@@ -71,8 +71,10 @@ def resolve_checkpoint(model: str, cfg: Config) -> str:
             if (candidate / "config.json").is_file():
                 return str(candidate)
         latest = latest_checkpoint(str(path))
-        if latest is not None and (Path(latest) / "model" / "config.json").is_file():
-            return str(Path(latest) / "model")
+        # A LoRA run's checkpoints hold adapters; its merged model is in final/model.
+        for candidate in ([Path(latest) / "model"] if latest else []) + [path / "final" / "model"]:
+            if (candidate / "config.json").is_file():
+                return str(candidate)
         raise ConfigError(
             f"--model {model}: the directory holds no config.json, model/config.json or "
             "learner/step_*/ checkpoint; pass a Hugging Face model dir, a checkpoint dir or a "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain, islice
 from typing import Any
 
@@ -244,4 +244,18 @@ def load_from_config(cfg: Config) -> tuple[list[Problem], list[Problem]]:
         log.info("dropped %d train problems whose prompt is also in val", len(train) - len(kept))
     if not kept:
         raise DataError("every training problem also appears in the validation set; check data.val")
+    if d.code_language is not None:
+        kept, val = _in_language(kept, d.code_language), _in_language(val, d.code_language)
     return kept, val
+
+
+def _in_language(problems: list[Problem], language: str) -> list[Problem]:
+    """Stdin/stdout problems set to be solved in `language` (`data.code_language`): the prompt
+    asks for it and the reward looks for its code block first. Harness and call-based tests are
+    language-bound, so those problems keep theirs."""
+    return [
+        replace(p, language=language)  # type: ignore[arg-type]
+        if p.kind == "code" and p.tests is not None and p.tests.stdio
+        and not (p.tests.harness or p.tests.calls) else p
+        for p in problems
+    ]

@@ -154,3 +154,23 @@ def test_config_fail_mode_reaches_the_loader(fixtures):
 def test_source_format(fixtures):
     assert source_format(str(fixtures / "apps.jsonl")) == "apps"
     assert source_format(str(fixtures / "apps.jsonl"), fmt="plain") == "plain"
+
+
+def test_code_language_sets_stdio_problems_and_leaves_harness_ones(tmp_path):
+    import json
+
+    from rlrun.config import load_config
+    from rlrun.data import load_from_config
+
+    rows = [{"id": f"s{i}", "prompt": f"echo {i}", "kind": "code",
+             "tests": {"stdio": [{"input": "1\n", "output": "1\n"}]}} for i in range(4)]
+    rows.append({"id": "h", "prompt": "def f(): ...", "kind": "code",
+                 "tests": {"harness": "assert f() is None", "entry_point": "f"}})
+    path = tmp_path / "code.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config(None, [f"data.train={path}", "data.val_size=1", "data.format=rlrun",
+                             "data.code_language=cpp"])
+    train, val = load_from_config(cfg)
+    by_id = {p.id: p.language for p in train + val}
+    assert by_id.pop("h") == "python"
+    assert set(by_id.values()) == {"cpp"}
