@@ -13,6 +13,7 @@ reward inside it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,14 @@ def trl_prompt_order(cfg: Config, num_problems: int) -> list[int]:
 def grpo_args(cfg: Config, output_dir: str) -> Any:
     """The `GRPOConfig` that trains as `cfg` does (one process, no vLLM)."""
     from trl import GRPOConfig
+
+    # transformers 5.23 renamed `gradient_checkpointing` to `activation_checkpointing` (the old
+    # name warns); vLLM pins transformers below 5.23, so use whichever name this install has.
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    checkpointing = (
+        "activation_checkpointing" if "activation_checkpointing" in fields
+        else "gradient_checkpointing"
+    )
 
     algo, learner, sampling = cfg.algo, cfg.learner, cfg.rollout.sampling
     if sampling.stop:
@@ -102,7 +111,7 @@ def grpo_args(cfg: Config, output_dir: str) -> Any:
         use_cpu=learner.num_gpus == 0,
         bf16=False,
         fp16=False,
-        activation_checkpointing=False,
+        **{checkpointing: False},
         shuffle_dataset=False,
         seed=cfg.run.seed,
         data_seed=cfg.run.seed,

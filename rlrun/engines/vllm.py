@@ -1,8 +1,10 @@
 """The vLLM engine (GPU): `vllm.LLM` in this process, fed weights by the learner.
 
-Written against vLLM 0.34 (tests/engines/test_vllm_api.py checks every vLLM signature used here
-against its source). vLLM is imported when the engine is built, so this module imports on
-machines without it; building the engine there says how to install it.
+Written against the API vLLM 0.33 (the pinned release; 0.34 cannot be installed from PyPI) and
+0.34 share: tests/engines/test_vllm_api.py checks every vLLM signature used here against both
+releases' source. File and line references below are 0.34's. vLLM is imported when the engine
+is built, so this module imports on machines without it; building the engine there says how to
+install it.
 
 Log-probs. `logprobs_mode="processed_logprobs"` makes vLLM report log-probs of the logits its
 sampler actually draws from, and with `logprobs=0` only the sampled token's: temperature is
