@@ -1,12 +1,17 @@
-"""The vLLM stand-in (tests/stand_ins/vllm): its API against real vLLM 0.34.0, and its behaviour.
+"""The vLLM stand-in (tests/stand_ins/vllm): its API against real vLLM 0.33.0 and 0.34.0, and
+its behaviour.
 
-The drift test parses the real source out of the vLLM 0.34.0 wheel (tests/engines/
+The drift tests run once per release in vllm_source.VERSIONS: 0.33.0, the release rlrun's
+`vllm` extra pins (0.34.0 cannot be installed from PyPI), and 0.34.0, the release the stand-in
+mirrors. Each parses the real source out of that release's wheel (tests/engines/
 vllm_source.py; never imported) and checks every public function, method, dataclass field and
 constant the stand-in defines against the same name at the same module path: parameter names,
 positional order, keyword-only-ness and defaults (compared as source text). The stand-in may
 omit parameters only behind `**kwargs`, and then only where the real function has `**kwargs`
 too; for `LLM`, every keyword it consumes must be a real `EngineArgs` field with the same
-default. It is skipped, with the reason, when the wheel can be neither found nor downloaded.
+default. Where 0.33.0 declares something differently from 0.34.0, VERSION_SPECIFIC lists it,
+with why rlrun does not depend on it; anything else that differs fails. A release's tests are
+skipped, with the reason, when its wheel can be neither found nor downloaded.
 
 The behaviour tests import the stand-in through the `vllm` fixture, which puts tests/stand_ins
 first on sys.path for this module only and removes the stand-in from sys.modules afterwards.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import importlib
 import logging
 import re
@@ -32,11 +38,11 @@ from typing import Any
 import pytest
 import torch
 
-from tests.engines.vllm_source import VllmSourceUnavailable, WheelSource, vllm_source
+from tests.engines.vllm_source import VERSIONS, VllmSourceUnavailable, WheelSource, vllm_source
 
 STAND_INS = Path(__file__).resolve().parents[1] / "stand_ins"
 TIMEOUT_ENV = "RLRUN_VLLM_STAND_IN_TIMEOUT_S"
-# Names rlrun's old weight-sync examples used; vLLM 0.34 removed them.
+# Names rlrun's old weight-sync examples used; vLLM 0.33 and 0.34 no longer have them.
 REMOVED_NAMES = ("NCCLTrainerSendWeightsArgs", "trainer_send_weights")
 
 
@@ -188,6 +194,127 @@ def class_chain(tree: Tree, defn: Defn) -> list[Defn]:
     return chain
 
 
+# --- where the releases differ -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VersionSpecific:
+    """How one release declares a stand-in item differently from vLLM 0.34.0 (which the
+    stand-in mirrors), and `why` rlrun is unaffected. Every other part of the item is still
+    compared, and an entry that no longer matches the release's source is itself a failure."""
+
+    why: str
+    lacks: tuple[str, ...] = ()  # parameters or fields the release does not have
+    defaults: tuple[tuple[str, str], ...] = ()  # (parameter, the release's default)
+    absent: bool = False  # the release has no such method
+    # The release's method is `(self, *args, **kwargs)` handing everything to
+    # `self.model_runner.<same name>`; the stand-in is compared with each of these
+    # ("module:Class") methods instead.
+    forwards_to: tuple[str, ...] = ()
+
+
+# Every difference between vLLM 0.33.0 and 0.34.0 in what the stand-in declares (real
+# file:line in 0.33.0 / 0.34.0). None is in what rlrun uses (rlrun/engines/vllm.py,
+# rlrun/weights/collective.py, actors/rollout.py, actors/weight_sync.py); were one of them, it
+# would not be listed here and the 0.33.0 drift test would fail.
+VERSION_SPECIFIC: dict[str, dict[str, VersionSpecific]] = {
+    "0.33.0": {
+        # vllm/entrypoints/llm.py:196 `= 0.92` / :205 `= None` (0.34 resolves None itself).
+        "vllm.entrypoints.llm.LLM.__init__": VersionSpecific(
+            "rlrun always passes gpu_memory_utilization (rollout.gpu_memory_utilization), so "
+            "it does not depend on the default",
+            defaults=(("gpu_memory_utilization", "0.92"),),
+        ),
+        # vllm/entrypoints/llm.py:839 `sleep(self, level, mode)` / :849 adds reset_connector.
+        "vllm.entrypoints.llm.LLM.sleep": VersionSpecific(
+            "rlrun calls sleep(level=...) only", lacks=("reset_connector",),
+        ),
+        # vllm/distributed/weight_transfer/nccl_common.py:76-107 / :109 and :114 (new fields).
+        "vllm.distributed.weight_transfer.nccl_common.NCCLWeightTransferInitInfo":
+            VersionSpecific(
+                "rlrun's init_info sets master_address, master_port, rank_offset, world_size, "
+                "packed and packed_buffer_size_bytes only",
+                lacks=("use_load_plan", "metadata"),
+            ),
+        # vllm/distributed/weight_transfer/nccl_engine.py:85-100 / :113 `src: int = 0`.
+        "vllm.distributed.weight_transfer.nccl_engine.NCCLWeightTransferUpdateInfo":
+            VersionSpecific(
+                "rlrun's update_info sets names, dtype_names and shapes only, and rlrun "
+                "broadcasts from rank 0, the source 0.33 always receives from "
+                "(nccl_engine.py:223 and :413 `src=0`)",
+                lacks=("src",),
+            ),
+        # Not in 0.33's vllm/v1/worker/gpu_worker.py / :1652.
+        "vllm.v1.worker.gpu_worker.Worker.has_incomplete_weight_update": VersionSpecific(
+            "rlrun never calls it (only the stand-in's own behaviour tests do)", absent=True,
+        ),
+        # vllm/v1/worker/gpu_worker.py:636 `reload_weights(self, *args, **kwargs)` forwards to
+        # the model runner (gpu_model_runner.py:5226, or gpu/model_runner.py:586 with the V2
+        # runner) / gpu_worker.py:645 declares the same parameters itself. rlrun DOES call it
+        # (collective_rpc("reload_weights", kwargs=...)), so this is not waived: the stand-in
+        # must match both runners' signatures.
+        "vllm.v1.worker.gpu_worker.Worker.reload_weights": VersionSpecific(
+            "the parameters are declared on the model runners Worker forwards to",
+            forwards_to=("vllm.v1.worker.gpu_model_runner:GPUModelRunner",
+                         "vllm.v1.worker.gpu.model_runner:GPUModelRunner"),
+        ),
+    },
+}
+
+
+def _apply_specific(mine: list[Any], theirs: list[Any], spec: VersionSpecific | None,
+                    at: str) -> tuple[list[Any], list[str]]:
+    """The stand-in's parameters or fields (`mine`) as `spec`'s release declares them, and
+    the problems with `spec` itself (an entry the source no longer bears out)."""
+    if spec is None:
+        return mine, []
+    problems = []
+    own, real = {m.name: m for m in mine}, {t.name for t in theirs}
+    for name in spec.lacks:
+        if name not in own:
+            problems.append(f"{at}: VERSION_SPECIFIC lists {name!r}, which the stand-in lacks")
+        if name in real:
+            problems.append(f"{at}: VERSION_SPECIFIC says vLLM lacks {name!r}, but it has it")
+    defaults = dict(spec.defaults)
+    for name, default in defaults.items():
+        if name not in own or _same_default(own[name].default, default):
+            problems.append(f"{at}: VERSION_SPECIFIC gives {name!r} the default {default}, "
+                            f"which is not how the stand-in differs")
+    adjusted = [dataclasses.replace(m, default=defaults.get(m.name, m.default))
+                for m in mine if m.name not in spec.lacks]
+    return adjusted, problems
+
+
+def compare_forwarding(tree: Tree, stand: Defn, real: Defn, spec: VersionSpecific,
+                       what: str) -> list[str]:
+    """`real` must hand `*args, **kwargs` to `self.model_runner`; the stand-in is compared
+    with the method of every class in `spec.forwards_to`."""
+    assert isinstance(real.node, ast.FunctionDef)
+    name = real.node.name
+    call = f"self.model_runner.{name}(*args, **kwargs)"
+    shape = [(p.name, p.kind) for p in signature(real.node)]
+    if shape != [("self", "positional"), ("args", "*args"), ("kwargs", "**kwargs")] or not any(
+        isinstance(n, ast.Call) and ast.unparse(n) == call for n in ast.walk(real.node)
+    ):
+        return [f"{what} ({real.where}): VERSION_SPECIFIC says it forwards to the model runner, "
+                f"but it is not `def {name}(self, *args, **kwargs)` calling {call}"]
+    problems = []
+    for target in spec.forwards_to:
+        module, cls_name = target.split(":")
+        cls = resolve(tree, module, cls_name)
+        if not (isinstance(cls, Defn) and isinstance(cls.node, ast.ClassDef)):
+            problems.append(f"{what}: forwarding target {target} does not exist")
+            continue
+        methods: dict[str, Defn] = {}
+        for base in reversed(class_chain(tree, cls)):
+            methods.update(_methods(base))
+        if name not in methods:
+            problems.append(f"{what}: forwarding target {target} ({cls.where}) has no {name}")
+            continue
+        problems += compare_function(stand, methods[name], f"{what} -> {module}.{cls_name}")
+    return problems
+
+
 # --- signatures --------------------------------------------------------------------------------
 
 REQUIRED = "<required>"
@@ -243,8 +370,9 @@ def _decorators(node: ast.AST) -> set[str]:
     return names & {"staticmethod", "classmethod", "property"}
 
 
-def compare_function(stand: Defn, real: Defn, what: str) -> list[str]:
-    """Problems with the stand-in function `stand` as a mirror of `real`."""
+def compare_function(stand: Defn, real: Defn, what: str,
+                     spec: VersionSpecific | None = None) -> list[str]:
+    """Problems with the stand-in function `stand` as a mirror of `real` (as `spec` adjusts)."""
     assert isinstance(stand.node, ast.FunctionDef | ast.AsyncFunctionDef)
     if not isinstance(real.node, ast.FunctionDef | ast.AsyncFunctionDef):
         return [f"{what}: {real.where} is not a function ({stand.where})"]
@@ -255,6 +383,8 @@ def compare_function(stand: Defn, real: Defn, what: str) -> list[str]:
     if _decorators(stand.node) != _decorators(real.node):
         problems.append(f"{at}: decorators {_decorators(stand.node)} != {_decorators(real.node)}")
     mine, theirs = signature(stand.node), signature(real.node)
+    mine, spec_problems = _apply_specific(mine, theirs, spec, at)
+    problems += spec_problems
     pos_mine = [p for p in mine if p.kind == "positional"]
     pos_theirs = [p for p in theirs if p.kind == "positional"]
     if [p.name for p in pos_mine] != [p.name for p in pos_theirs]:
@@ -352,13 +482,14 @@ def dataclass_fields(tree: Tree, defn: Defn) -> list[Field] | None:
     return list(fields.values())
 
 
-def compare_fields(tree_s: Tree, stand: Defn, tree_r: Tree, real: Defn, what: str) -> list[str]:
+def compare_fields(tree_s: Tree, stand: Defn, tree_r: Tree, real: Defn, what: str,
+                   spec: VersionSpecific | None = None) -> list[str]:
     mine, theirs = dataclass_fields(tree_s, stand), dataclass_fields(tree_r, real)
     at = f"{what} (real {real.where}, stand-in {stand.where})"
     if theirs is None:
         return [f"{at}: the stand-in is a dataclass, vLLM's class is not"]
     assert mine is not None
-    problems = []
+    mine, problems = _apply_specific(mine, theirs, spec, at)
     if [f.name for f in mine] != [f.name for f in theirs]:
         problems.append(f"{at}: fields {[f.name for f in mine]} != vLLM's "
                         f"{[f.name for f in theirs]}")
@@ -382,6 +513,14 @@ def compare_fields(tree_s: Tree, stand: Defn, tree_r: Tree, real: Defn, what: st
 class Report:
     problems: list[str] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
+    # This release's VERSION_SPECIFIC entries, and those the walk reached.
+    specific: dict[str, VersionSpecific] = field(default_factory=dict)
+    applied: set[str] = field(default_factory=set)
+
+    def spec(self, qualname: str) -> VersionSpecific | None:
+        if qualname in self.specific:
+            self.applied.add(qualname)
+        return self.specific.get(qualname)
 
 
 def _stand_in_modules() -> list[str]:
@@ -436,7 +575,8 @@ def check_class(tree_s: Tree, stand: Defn, tree_r: Tree, real: Defn, qualname: s
     real_chain = class_chain(tree_r, real)
     stand_is_dc = _is_dataclass_like(_classdef(stand))[0]
     if stand_is_dc:
-        report.problems += compare_fields(tree_s, stand, tree_r, real, qualname)
+        report.problems += compare_fields(tree_s, stand, tree_r, real, qualname,
+                                          report.spec(qualname))
         report.checked.append(f"{qualname} fields")
     real_bases = {_classdef(c).name for c in real_chain}
     for base in class_chain(tree_s, stand)[1:]:
@@ -451,11 +591,20 @@ def check_class(tree_s: Tree, stand: Defn, tree_r: Tree, real: Defn, qualname: s
         if name.startswith("_") and name != "__init__":
             continue
         what = f"{qualname}.{name}"
+        spec = report.spec(what)
+        if spec is not None and spec.absent:
+            if name in real_methods:
+                report.problems.append(f"{what}: VERSION_SPECIFIC says vLLM lacks it, but "
+                                       f"{real_methods[name].where} has it")
+            continue
         if name not in real_methods:
             report.problems.append(f"{what} ({method.where}) does not exist in vLLM's "
                                    f"{qualname} ({real.where}) or its bases")
             continue
-        report.problems += compare_function(method, real_methods[name], what)
+        if spec is not None and spec.forwards_to:
+            report.problems += compare_forwarding(tree_r, method, real_methods[name], spec, what)
+        else:
+            report.problems += compare_function(method, real_methods[name], what, spec)
         report.checked.append(what)
     if stand_is_dc:
         return
@@ -487,13 +636,14 @@ def _check_reexport(tree_s: Tree, tree_r: Tree, module: str, name: str, report: 
     report.checked.append(f"{module}.{name} (re-export)")
 
 
-def check_stand_in(tree_s: Tree, tree_r: Tree) -> Report:
-    """Walk every public name the stand-in defines or re-exports and compare it with vLLM's."""
-    report = Report()
+def check_stand_in(tree_s: Tree, tree_r: Tree, version: str) -> Report:
+    """Walk every public name the stand-in defines or re-exports and compare it with vLLM
+    `version`'s, as VERSION_SPECIFIC adjusts it for that release."""
+    report = Report(specific=VERSION_SPECIFIC.get(version, {}))
     for module in _stand_in_modules():
         parsed_real = tree_r.parse(module)
         if parsed_real is None:
-            report.problems.append(f"module {module} does not exist in vLLM 0.34.0")
+            report.problems.append(f"module {module} does not exist in vLLM {version}")
             continue
         top = _top_level(tree_s, module)
         all_node = top.get("__all__")
@@ -519,7 +669,8 @@ def check_stand_in(tree_s: Tree, tree_r: Tree) -> Report:
             elif isinstance(entry, ast.ClassDef):
                 check_class(tree_s, stand, tree_r, real, qualname, report)
             elif isinstance(entry, ast.FunctionDef | ast.AsyncFunctionDef):
-                report.problems += compare_function(stand, real, qualname)
+                report.problems += compare_function(stand, real, qualname,
+                                                    report.spec(qualname))
                 report.checked.append(qualname)
             else:
                 assert isinstance(entry, ast.stmt)
@@ -529,6 +680,9 @@ def check_stand_in(tree_s: Tree, tree_r: Tree) -> Report:
                 if mine is not None and (theirs is None or not _same_default(mine, theirs)):
                     report.problems.append(f"{qualname} ({real.where}): {mine} != {theirs}")
                 report.checked.append(qualname)
+    report.problems += [f"VERSION_SPECIFIC[{version!r}][{name!r}] names nothing the stand-in "
+                        f"declares in that form" for name in report.specific
+                        if name not in report.applied]
     return report
 
 
@@ -575,12 +729,14 @@ def engine_args_defaults(tree: Tree) -> dict[str, tuple[Any, str]]:
 # --- drift tests -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def source() -> WheelSource:
+@pytest.fixture(scope="module", params=VERSIONS)
+def source(request: pytest.FixtureRequest) -> WheelSource:
+    version = request.param
     try:
-        return vllm_source()
+        return vllm_source(version)
     except VllmSourceUnavailable as err:
-        pytest.skip(f"the vLLM 0.34.0 source is unavailable, so API drift cannot be checked: {err}")
+        pytest.skip(f"the vLLM {version} source is unavailable, so API drift against it cannot "
+                    f"be checked: {err}")
 
 
 @pytest.fixture(scope="module")
@@ -589,12 +745,18 @@ def real(source: WheelSource) -> Tree:
 
 
 @pytest.fixture(scope="module")
-def report(real: Tree) -> Report:
-    return check_stand_in(stand_in_tree(), real)
+def report(source: WheelSource, real: Tree) -> Report:
+    return check_stand_in(stand_in_tree(), real, source.version)
 
 
-def test_stand_in_signatures_match_vllm_0_34(report: Report) -> None:
+def test_stand_in_signatures_match_vllm(report: Report) -> None:
     assert not report.problems, "\n".join(report.problems)
+
+
+def test_the_stand_in_mirrors_0_34_and_only_0_33_differs() -> None:
+    # The stand-in declares 0.34.0's API exactly; only older releases may need entries.
+    assert set(VERSIONS) == {"0.33.0", "0.34.0"}
+    assert set(VERSION_SPECIFIC) == {"0.33.0"}
 
 
 def test_drift_check_covers_what_rlrun_calls(report: Report) -> None:
@@ -606,6 +768,9 @@ def test_drift_check_covers_what_rlrun_calls(report: Report) -> None:
         "vllm.entrypoints.llm.LLM.wake_up", "vllm.entrypoints.llm.LLM.reset_prefix_cache",
         "vllm.entrypoints.llm.LLM.init_weight_transfer_engine",
         "vllm.entrypoints.llm.LLM.update_weights", "vllm.entrypoints.llm.LLM.finish_weight_update",
+        "vllm.entrypoints.llm.LLM.start_weight_update",
+        "vllm.entrypoints.llm.LLM.get_weight_version",
+        "vllm.entrypoints.llm.LLM.shutdown_weight_transfer_engine",
         "vllm.sampling_params.SamplingParams fields", "vllm.outputs.CompletionOutput fields",
         "vllm.outputs.RequestOutput.__init__", "vllm.logprobs.Logprob fields",
         "vllm.config.weight_transfer.WeightTransferConfig fields",
@@ -640,9 +805,9 @@ def test_llm_kwargs_are_engine_args_fields_with_their_defaults(real: Tree) -> No
         assert default == real_default, f"EngineArgs.{name} ({where}): {real_default!r}"
 
 
-def test_names_removed_in_0_34_are_absent(source: WheelSource) -> None:
-    # rlrun's old weight-sync examples used these; vLLM 0.34 drives the transfer through
-    # trainer_init + the LLM methods instead (entrypoints/rl/offline.py).
+def test_removed_names_are_absent(source: WheelSource) -> None:
+    # rlrun's old weight-sync examples used these; vLLM 0.33 and 0.34 drive the transfer
+    # through trainer_init + the LLM methods instead (entrypoints/rl/offline.py).
     pattern = re.compile(r"\b(" + "|".join(REMOVED_NAMES) + r")\b")
     hits = [f"{path}: {m.group(1)}" for path in source.py_files()
             if (m := pattern.search(source.read(path)))]

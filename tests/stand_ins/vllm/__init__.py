@@ -6,8 +6,10 @@ Why: rlrun's vLLM engine and weight sync need a GPU and vLLM, which CI machines 
 package lets their CPU tests run against vLLM 0.34's real API: the names, module paths,
 parameter names, defaults and keyword-only-ness of everything here are vLLM's, and
 tests/engines/test_vllm_api.py fails when any of them drifts from the real source (parsed
-from the vLLM 0.34.0 wheel, never imported). Behaviour follows the real code paths that rlrun
-uses; each module's docstring names its real counterpart and where it departs from it.
+from the vLLM 0.34.0 wheel, never imported). The same test checks them against vLLM 0.33.0, the
+release rlrun's `vllm` extra pins; its VERSION_SPECIFIC table lists the few things 0.33.0
+declares differently, none of which rlrun uses. Behaviour follows the real code paths that
+rlrun uses; each module's docstring names its real counterpart and where it departs from it.
 
 What it covers: `LLM` (generate on a transformers model, sleep/wake_up, `collective_rpc`,
 `reset_prefix_cache`, tensor-parallel placement under Ray with logical GPUs, and the native
