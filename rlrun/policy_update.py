@@ -11,15 +11,18 @@ V vocabulary.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+import torch.utils.checkpoint
 from torch import Tensor
 
 from rlrun.algo import ddp_loss, grpo_loss, merge_metrics
-from rlrun.batching import Shard, TrainSample, Update
+from rlrun.batching import Shard, TrainSample
 from rlrun.config import Config
 
 
@@ -148,26 +151,232 @@ def _shared_prompt_rows(
     return input_ids, attention.unsqueeze(1), positions, rows
 
 
+# One chunk of response positions goes through the vocabulary at a time, sized in elements so
+# that its fp32 copy is 64 MB (110 positions of Qwen2.5's 152k vocabulary) whatever V is: the
+# handful of chunk-sized temporaries (fp32 copy, log_softmax, and in backward their gradients)
+# stay a few hundred MB, where one pass over [N, L, V] in fp32 took ~1.8 GB per 1k response
+# tokens. Much smaller chunks only add Python and kernel-launch overhead per chunk.
+_LOGPROB_CHUNK_ELEMENTS = 2**24
+
+
+# Below this many bytes of [R, T, V] logits the model's own output layer runs over every
+# position (one matmul, cheapest on small vocabularies); above it the output layer runs only on
+# the response positions, a chunk at a time, so no vocabulary-sized tensor of the batch exists:
+# with Qwen2.5's 152k vocabulary 256 MB is 440 fp32 positions.
+_FULL_LOGITS_BYTES = 2**28
+
+
 def response_logprobs(
     model: torch.nn.Module, batch: TensorBatch, temperature: float, with_entropy: bool = False
 ) -> tuple[Tensor, Tensor | None]:
-    """Log-prob of each response token, [N, L], and optionally the per-token entropy, [N, L]."""
-    logits = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-    ).logits  # [R, T, V]
-    picked = logits[batch.rows.unsqueeze(-1), batch.response_index].float()  # [N, L, V]
-    logp_all = torch.log_softmax(picked / temperature, dim=-1)  # [N, L, V]
-    logp = torch.gather(logp_all, 2, batch.response_ids.unsqueeze(-1)).squeeze(-1)  # [N, L]
-    entropy = None
-    if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(-1)  # [N, L]
-    return logp * batch.mask, entropy
+    """Log-prob of each response token, [N, L], and optionally the per-token entropy, [N, L].
+
+    The response positions go through `log_softmax` a chunk at a time, so no [N, L, V] tensor is
+    made. When the batch's logits would be small (`_FULL_LOGITS_BYTES`) the model computes them
+    whole and `_ChunkedLogprobs` picks the response positions: values are those of one pass over
+    [N, L, V] bit for bit, and so are gradients wherever that pass's own were reproducible (on
+    CPU, with one thread); backward writes the gradient over the logits, so the graph can be
+    backpropagated once. Otherwise `_selective_head` runs the output layer on the response
+    positions only, chunk by chunk, recomputing each chunk in backward.
+    """
+    shape = batch.response_ids.shape
+    rows = batch.rows.unsqueeze(-1).expand(shape).reshape(-1)  # [N*L]
+    positions = batch.response_index.reshape(-1)  # [N*L]
+    targets = batch.response_ids.reshape(-1)  # [N*L]
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
+              "position_ids": batch.position_ids}
+    head = _output_head(model)
+    full_bytes = batch.input_ids.numel() * head.out_features * head.weight.element_size()
+    if full_bytes <= _FULL_LOGITS_BYTES:
+        logits = model(**inputs).logits  # [R, T, V]
+        logp, entropy = _ChunkedLogprobs.apply(
+            logits, rows, positions, targets, temperature, with_entropy
+        )  # [N*L], [N*L] (or empty)
+    else:
+        with _selective_head(head, rows, positions, targets, temperature, with_entropy):
+            logp, entropy = model(**inputs).logits  # [2, N*L]: what the patched head returned
+    return logp.view(shape) * batch.mask, entropy.view(shape) if with_entropy else None
 
 
-def _micro_batches(update: Update, size: int) -> list[list[TrainSample]]:
-    return [update.samples[i : i + size] for i in range(0, len(update.samples), size)]
+def _output_head(model: torch.nn.Module) -> torch.nn.Linear:
+    """The output layer (lm_head) of a causal LM, through DDP and PEFT wrappers."""
+    return getattr(model, "module", model).get_output_embeddings()
+
+
+@contextlib.contextmanager
+def _selective_head(
+    head: torch.nn.Linear, rows: Tensor, positions: Tensor, targets: Tensor,
+    temperature: float, with_entropy: bool,
+) -> Iterator[None]:
+    """While open, `head` (the model's output layer) maps the hidden states [R, T, H] to the
+    log-probs of `targets` at (`rows`, `positions`) and their entropies, [2, M], instead of to
+    [R, T, V] logits. It stays inside the model's forward, so DDP and FSDP2 see the output
+    layer's weight used where they expect it."""
+
+    def forward(hidden: Tensor) -> Tensor:
+        picked = hidden[rows, positions]  # [M, H]
+        logp, entropy = [], []
+        for part in _chunks(targets.numel(), head.out_features):
+            # Checkpointed: backward recomputes the chunk's [C, V] logits instead of keeping
+            # every chunk's alive until then.
+            chunk_logp, chunk_entropy = torch.utils.checkpoint.checkpoint(
+                _head_chunk, picked[part], head.weight, head.bias, targets[part], temperature,
+                with_entropy, use_reentrant=False,
+            )  # [C], [C]
+            logp.append(chunk_logp)
+            entropy.append(chunk_entropy if with_entropy else torch.zeros_like(chunk_logp))
+        return torch.stack([torch.cat(logp), torch.cat(entropy)])  # [2, M]
+
+    head.forward = forward
+    try:
+        yield
+    finally:
+        del head.forward  # back to the class's forward
+
+
+def _head_chunk(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, temperature: float,
+    with_entropy: bool,
+) -> tuple[Tensor, Tensor | None]:
+    logits = torch.nn.functional.linear(hidden, weight, bias)  # [C, V]
+    return _chunk_logprobs(logits, targets, temperature, with_entropy)
+
+
+def _chunk_logprobs(
+    picked: Tensor, targets: Tensor, temperature: float, with_entropy: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Log-prob of `targets` and entropy for a chunk of positions' logits, [C, V] -> [C], [C].
+
+    The same ops, in the same order, as the unchunked formula; each is row by row, so a chunk's
+    rows come out bit-identical to the same rows of the whole [N, L, V].
+    """
+    logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)  # [C, V]
+    logp = torch.gather(logp_all, 1, targets.unsqueeze(-1)).squeeze(-1)  # [C]
+    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None  # [C]
+    return logp, entropy
+
+
+def _chunk_rows(vocab: int) -> int:
+    return max(1, _LOGPROB_CHUNK_ELEMENTS // vocab)
+
+
+def _chunks(total: int, vocab: int) -> list[slice]:
+    size = _chunk_rows(vocab)
+    return [slice(i, i + size) for i in range(0, total, size)]
+
+
+class _ChunkedLogprobs(torch.autograd.Function):
+    """`_chunk_logprobs` over every response position, chunk by chunk, in forward and backward.
+
+    Autograd keeps only the model's logits (in the model's dtype) and the indices. Backward
+    recomputes each chunk from them and then writes the gradient over the logits: they are read
+    for the last time there, so backward holds one [R, T, V] tensor where the unchunked formula
+    held its logits' gradient and several [N, L, V] fp32 tensors. Per-chunk autograd (or
+    checkpointing) would instead keep every chunk's fp32 softmax, [N, L, V] in all, or make a
+    zero-filled [R, T, V] gradient per chunk.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        logits: Tensor,
+        rows: Tensor,
+        positions: Tensor,
+        targets: Tensor,
+        temperature: float,
+        with_entropy: bool,
+    ) -> tuple[Tensor, Tensor]:
+        ctx.save_for_backward(logits, rows, positions, targets)
+        ctx.temperature, ctx.with_entropy = temperature, with_entropy
+        ctx.set_materialize_grads(False)
+        logp = logits.new_empty(targets.shape, dtype=torch.float32)  # [M]
+        entropy = logits.new_empty(targets.shape if with_entropy else 0, dtype=torch.float32)
+        for part in _chunks(targets.numel(), logits.shape[-1]):
+            picked = logits[rows[part], positions[part]]  # [C, V]
+            chunk_logp, chunk_entropy = _chunk_logprobs(
+                picked, targets[part], temperature, with_entropy
+            )  # [C], [C]
+            logp[part] = chunk_logp
+            if chunk_entropy is not None:
+                entropy[part] = chunk_entropy
+        if not with_entropy:
+            ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        grad_logp: Tensor | None,
+        grad_entropy: Tensor | None,
+    ) -> tuple[Tensor | None, None, None, None, None, None]:
+        if getattr(ctx, "spent", False):
+            raise RuntimeError(
+                "response_logprobs: backward ran once already and wrote its gradient over the "
+                "logits it needs; a second backward (retain_graph=True) needs a fresh forward"
+            )
+        logits, rows, positions, targets = ctx.saved_tensors
+        if not ctx.with_entropy:
+            grad_entropy = None
+        if grad_logp is None and grad_entropy is None:
+            return None, None, None, None, None, None
+        # [R, T, V]: the logits' own storage, unless they are a leaf someone else may hold.
+        ctx.spent = logits.grad_fn is not None
+        grad = logits.detach() if ctx.spent else torch.empty_like(logits)
+        length, vocab = logits.shape[1:]
+        # Responses sharing a prompt are all predicted from its last position, so positions
+        # repeat: go position by position, each one's samples in sample order.
+        unique, owner = torch.unique(rows * length + positions, return_inverse=True)  # [U], [M]
+        order = torch.argsort(owner, stable=True)  # [M]
+        ends = torch.bincount(owner, minlength=unique.numel()).cumsum(0).tolist()  # U ints
+        read = torch.zeros(grad.shape[:2], dtype=torch.bool, device=grad.device)  # [R, T]
+        read[unique // length, unique % length] = True
+        grad[~read] = 0
+        step = _chunk_rows(vocab)
+        for part in _chunks(unique.numel(), vocab):
+            first, last = part.start, min(part.stop, unique.numel()) - 1
+            where = (unique[first : last + 1] // length, unique[first : last + 1] % length)
+            original = logits[where]  # [C, V]
+            chunk_grad = torch.zeros_like(original)  # [C, V]
+            begin = ends[first - 1] if first else 0
+            for start in range(begin, ends[last], step):
+                members = order[start : min(start + step, ends[last])]  # [K] samples
+                local = owner[members] - first  # [K] their rows of `original`
+                picked = original[local].requires_grad_()  # [K, V]
+                with torch.enable_grad():
+                    logp, entropy = _chunk_logprobs(
+                        picked, targets[members], ctx.temperature, grad_entropy is not None
+                    )  # [K], [K]
+                outputs, grads = [], []
+                if grad_logp is not None:
+                    outputs.append(logp)
+                    grads.append(grad_logp[members])
+                if grad_entropy is not None:
+                    outputs.append(entropy)
+                    grads.append(grad_entropy[members])
+                (sample_grad,) = torch.autograd.grad(outputs, picked, grads)  # [K, V]
+                # The indexing's own backward in the unchunked formula: the same sums, in the
+                # same order (with one thread; with several, neither order is fixed on CPU).
+                chunk_grad.index_put_((local,), sample_grad, accumulate=True)
+            grad[where] = chunk_grad
+        return grad, None, None, None, None, None
+
+
+def _micro_batches(samples: list[TrainSample], cfg: Config) -> list[list[TrainSample]]:
+    """`samples` cut into micro-batches of at most `learner.micro_batch_size` sequences and, if
+    set, `learner.max_tokens_per_micro_batch` prompt+response tokens (a longer sequence goes
+    alone), in order."""
+    size, budget = cfg.learner.micro_batch_size, cfg.learner.max_tokens_per_micro_batch
+    out: list[list[TrainSample]] = []
+    tokens = 0
+    for s in samples:
+        n = len(s.prompt_ids) + len(s.response_ids)
+        if not out or len(out[-1]) >= size or (budget is not None and tokens + n > budget):
+            out.append([])
+            tokens = 0
+        out[-1].append(s)
+        tokens += n
+    return out
 
 
 def _temperature(cfg: Config) -> float:
@@ -198,14 +407,38 @@ def shares_prompts(model: torch.nn.Module, cfg: Config) -> bool:
 
 
 def _batch(model: torch.nn.Module, samples: list[TrainSample], share: bool, pad_id: int,
-           device: str | torch.device) -> TensorBatch:
-    dtype = next(model.parameters()).dtype
+           device: str | torch.device, dtype: torch.dtype | None = None) -> TensorBatch:
+    """Collated `samples`; the block mask in `dtype`, the dtype attention runs in (the
+    parameters' unless autocast or FSDP2 mixed precision computes in another)."""
+    dtype = dtype or next(model.parameters()).dtype
     return collate(samples, pad_id, device, share_prompts=share, dtype=dtype)
+
+
+def _gradient_sync(model: torch.nn.Module, enabled: bool) -> contextlib.AbstractContextManager:
+    """Whether this backward all-reduces: only the last micro-batch of an update does, under
+    DDP (`no_sync`) and FSDP2 (`set_requires_gradient_sync`) alike."""
+    if hasattr(model, "set_requires_gradient_sync"):
+        model.set_requires_gradient_sync(enabled)
+    elif hasattr(model, "no_sync") and not enabled:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def _autocast(
+    model: torch.nn.Module, dtype: torch.dtype | None
+) -> contextlib.AbstractContextManager:
+    """Forward passes in `dtype` over higher-precision weights, unless FSDP2 (whose mixed
+    precision policy casts the parameters itself) or the weights already are in `dtype`."""
+    param = next(model.parameters())
+    if dtype is None or dtype == param.dtype or hasattr(param, "device_mesh"):
+        return contextlib.nullcontext()
+    return torch.autocast(param.device.type, dtype=dtype)
 
 
 @torch.no_grad()
 def _fixed_logprobs(
-    model: torch.nn.Module, shard: Shard, cfg: Config, pad_id: int, device: str | torch.device
+    model: torch.nn.Module, shard: Shard, cfg: Config, pad_id: int, device: str | torch.device,
+    dtype: torch.dtype | None = None,
 ) -> list[list[Tensor]]:
     """Log-probs of every micro-batch of every update under `model` as it is now, [N, L] each.
 
@@ -213,16 +446,15 @@ def _fixed_logprobs(
     (in the first epoch's order) and later micro-batches reuse its row.
     """
     share = shares_prompts(model, cfg)
-    size = cfg.learner.micro_batch_size
     distinct = list({id(s): s for update in shard.updates for s in update.samples}.values())
     rows: dict[int, Tensor] = {}
-    for i in range(0, len(distinct), size):
-        samples = distinct[i : i + size]
-        batch = _batch(model, samples, share, pad_id, device)
-        logp = response_logprobs(model, batch, _temperature(cfg))[0]  # [N, L]
+    for samples in _micro_batches(distinct, cfg):
+        batch = _batch(model, samples, share, pad_id, device, dtype)
+        with _autocast(model, dtype):
+            logp = response_logprobs(model, batch, _temperature(cfg))[0]  # [N, L]
         for s, row in zip(samples, logp, strict=True):
             rows[id(s)] = row[: len(s.response_ids)]
-    return [[_stack_rows(rows, mb, device) for mb in _micro_batches(update, size)]
+    return [[_stack_rows(rows, mb, device) for mb in _micro_batches(update.samples, cfg)]
             for update in shard.updates]
 
 
@@ -247,13 +479,18 @@ def train_on_shard(
     world_size: int = 1,
     ref_model: torch.nn.Module | None = None,
     device: str | torch.device = "cpu",
+    compute_dtype: torch.dtype | None = None,
 ) -> dict[str, float]:
     """Run `algo.epochs * algo.mini_batches` optimizer updates of this rank's shard.
+
+    `model` is the module forward and backward run on (DDP, FSDP2 or plain); gradients are
+    all-reduced once per update, on its last micro-batch. `compute_dtype` is the dtype forward
+    passes run in when it differs from the weights' (fp32 master weights, bf16 compute).
 
     Returns this rank's metric shares (sum them over ranks with `rlrun.algo.merge_metrics`),
     averaged over updates, plus `optim/grad_norm`, `optim/lr` and `train/bad_steps` (updates
     skipped because the gradient was NaN or inf; grad norms are the same on every rank after
-    DDP's all-reduce, so every rank skips the same updates).
+    the all-reduce, so every rank skips the same updates).
     """
     algo = cfg.algo
     temperature = _temperature(cfg)
@@ -262,30 +499,37 @@ def train_on_shard(
     # With a single update it is the policy being differentiated, so the forward pass of the
     # update itself provides it (detached) and the extra no-grad pass is skipped.
     single = len(shard.updates) == 1
-    old = None if single else _fixed_logprobs(model, shard, cfg, pad_id, device)
-    ref = None if ref_model is None else _fixed_logprobs(ref_model, shard, cfg, pad_id, device)
+    old = None if single else _fixed_logprobs(model, shard, cfg, pad_id, device, compute_dtype)
+    ref = None if ref_model is None else _fixed_logprobs(
+        ref_model, shard, cfg, pad_id, device, compute_dtype
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     share = shares_prompts(model, cfg)
     per_update, grad_norms, bad = [], [], 0
     for u, update in enumerate(shard.updates):
         optimizer.zero_grad(set_to_none=True)
         parts = []
-        for m, samples in enumerate(_micro_batches(update, cfg.learner.micro_batch_size)):
-            batch = _batch(model, samples, share, pad_id, device)
-            logp, entropy = response_logprobs(
-                model, batch, temperature, with_entropy=algo.entropy_coef > 0
-            )
-            old_logp = logp.detach() if old is None else old[u][m]
-            loss, metrics = grpo_loss(
-                logp, old_logp, batch.advantages, batch.mask, algo, update.norm,
-                behaviour_logprobs=batch.behaviour_logprobs,
-                ref_logprobs=ref[u][m] if ref is not None else None,
-                entropy=entropy,
-            )
-            ddp_loss(loss, world_size).backward()
+        micro_batches = _micro_batches(update.samples, cfg)
+        for m, samples in enumerate(micro_batches):
+            batch = _batch(model, samples, share, pad_id, device, compute_dtype)
+            with _gradient_sync(model, m == len(micro_batches) - 1):
+                with _autocast(model, compute_dtype):
+                    logp, entropy = response_logprobs(
+                        model, batch, temperature, with_entropy=algo.entropy_coef > 0
+                    )
+                old_logp = logp.detach() if old is None else old[u][m]
+                loss, metrics = grpo_loss(
+                    logp, old_logp, batch.advantages, batch.mask, algo, update.norm,
+                    behaviour_logprobs=batch.behaviour_logprobs,
+                    ref_logprobs=ref[u][m] if ref is not None else None,
+                    entropy=entropy,
+                )
+                ddp_loss(loss, world_size).backward()
             parts.append(metrics)
         max_norm = cfg.learner.grad_clip if cfg.learner.grad_clip > 0 else math.inf
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        # Under FSDP2 the norm is a DTensor over the shards; its value is the global norm.
+        grad_norm = float(total.full_tensor() if hasattr(total, "full_tensor") else total)
         if math.isfinite(grad_norm):
             optimizer.step()
             grad_norms.append(grad_norm)
