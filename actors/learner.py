@@ -33,6 +33,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from actors.pool import first_line
 from rlrun import checkpoint
 from rlrun.batching import Shard
+from rlrun.cluster import torch_threads
 from rlrun.config import Config
 from rlrun.models import DTYPES
 from rlrun.step import merge_rank_metrics
@@ -88,6 +89,7 @@ class LearnerWorker:
             timeout=datetime.timedelta(seconds=cfg.learner.timeout_s),
         )
         self.device = torch.device("cuda", 0) if gpu else torch.device("cpu")
+        torch.set_num_threads(torch_threads(cfg.learner.num_threads, cfg.learner.num_cpus))
         torch.manual_seed(cfg.run.seed + self.rank)
         self.policy = build_policy(cfg, self.model_path, self.device, self.world)
         self.model = self.policy.model

@@ -23,7 +23,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.pool import ActorPool, Chunk
-from rlrun.cluster import rollout_demand
+from rlrun.cluster import rollout_demand, torch_threads
 from rlrun.config import Config
 from rlrun.engines import SamplingParams
 from rlrun.records import Sample
@@ -37,8 +37,11 @@ class RolloutActor:
     """One generation engine in its own process."""
 
     def __init__(self, cfg: Config, model_path: str) -> None:
+        import torch
+
         from rlrun.engines import make_engine
 
+        torch.set_num_threads(torch_threads(cfg.rollout.num_threads, cfg.rollout.num_cpus))
         self.engine = make_engine(
             cfg.rollout.engine, model_path, cfg.rollout, cfg.model.dtype,
             weights_backend=cfg.weights.backend, sleep_mode=cfg.placement.mode == "colocated",

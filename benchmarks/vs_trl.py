@@ -80,15 +80,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="start from this warm-started model instead of running the SFT again",
     )
     parser.add_argument(
-        "--trl-threads", type=int, default=None,
-        help="torch threads of the TRL process (default: learner.num_cpus, what each rlrun "
-        "learner and rollout process gets from Ray)",
+        "--threads", type=int, default=os.cpu_count() or 1,
+        help="torch threads of the TRL process and of rlrun's rollout actor and learner, which "
+        "take turns in a synchronous step (default: every core of this machine)",
     )
     parser.add_argument(
         "--rlrun-variant", action="append", default=[], metavar="KEY=VALUE",
         help="also run rlrun with these settings changed (space-separated), as an extra row "
-        "(repeatable; "
-        "default: algo.max_staleness=1 when the recipe is synchronous; none: no extra row)",
+        "(repeatable; default, when the recipe is synchronous: algo.max_staleness=1 with one "
+        "thread per role, as generation and training then run at the same time; none: no "
+        "extra row)",
     )
     parser.add_argument(
         "--seeds", type=int, default=1,
@@ -100,7 +101,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def bench_config(args: argparse.Namespace) -> Config:
-    overrides = list(FIXED) + (list(QUICK) if args.quick else [])
+    threads = [f"rollout.num_threads={args.threads}", f"learner.num_threads={args.threads}"]
+    overrides = list(FIXED) + threads + (list(QUICK) if args.quick else [])
     steps = args.steps if args.steps is not None else (QUICK_STEPS if args.quick else None)
     if steps is not None:
         overrides.append(f"trainer.steps={steps}")
@@ -359,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
+    from rlrun.cluster import torch_threads
     from rlrun.data import load_from_config
     from rlrun.models import resolve_model_path
     from rlrun.sft import run_sft
@@ -366,18 +369,18 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     cfg = bench_config(args)
-    # Ray starts each rlrun actor with OMP_NUM_THREADS = its num_cpus; TRL runs in this process,
-    # so it gets the same thread count (on a busy machine, extra threads mostly wait on each
-    # other). Evaluation runs here too, with the same setting for every model.
-    threads = args.trl_threads or max(1, int(cfg.learner.num_cpus))
+    # TRL runs in this process with every core; so do rlrun's rollout actor and learner, which
+    # take turns within a synchronous step (bench_config sets their num_threads). Evaluation
+    # runs here too, with the same setting for every model.
+    threads = args.threads
     torch.set_num_threads(threads)
     load_start = os.getloadavg()
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     train, val = load_from_config(cfg)
-    extra = args.rlrun_variant or (["algo.max_staleness=1"] if cfg.algo.max_staleness == 0
-                                   else [])
+    overlap = "algo.max_staleness=1 rollout.num_threads=1 learner.num_threads=1"
+    extra = args.rlrun_variant or ([overlap] if cfg.algo.max_staleness == 0 else [])
     variants = [("rlrun", [])] + [(f"rlrun, {v}", v.split()) for v in extra if v != "none"]
     init_ray(cfg)
     try:
@@ -407,7 +410,9 @@ def main(argv: list[str] | None = None) -> int:
                 per_variant[i].append(rl)
     finally:
         ray.shutdown()
+    torch.set_num_threads(torch_threads(cfg.learner.num_threads, cfg.learner.num_cpus))
     compute = learner_compute(cfg, start, train)
+    torch.set_num_threads(threads)
     trl_after = [evaluate(t.model_path, cfg, val) for t in trls]
     runs = [
         merge_rlrun(results) | {
@@ -452,8 +457,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     section = (
         f"{HEADING}\n\n`{command.strip()}` on {machine()} (1-minute load average {load}; "
-        f"the machine is shared). TRL runs with {threads} torch thread(s), as each rlrun actor "
-        f"does. Recipe: {_shown(args.config) if args.config else 'the schema defaults'}; "
+        f"the machine is shared). TRL runs with {threads} torch thread(s) (`--threads`, by "
+        f"default every core), and so do rlrun's rollout actor and learner, which take turns "
+        f"within a step (`rollout.num_threads`, `learner.num_threads`). Recipe: "
+        f"{_shown(args.config) if args.config else 'the schema defaults'}; "
         f"{settings(cfg)}. Both start from the same "
         f"warm-started model (rlrun SFT); TRL trains on the prompts rlrun draws, in the same "
         f"order, with rlrun's reward. Held-out accuracy: {len(val)} problems x "
@@ -463,10 +470,12 @@ def main(argv: list[str] | None = None) -> int:
         "which weighs bursts of load from other users of the machine less); wall time also "
         "counts model loading, Ray actors starting and, for rlrun, its "
         "own validation before and after training. Per step, rlrun's train time is from the "
-        "coordinator handing out the shards to the learner reporting back with new weights "
-        "published; TRL's is everything in `trainer.train()` but generation and reward; the "
-        "last row times rlrun's `train_on_shard` alone, so train minus that row is what the "
-        "Ray learner adds (shard transfer, weight publishing, calls to the coordinator). "
+        "driver sending each learner rank its shard to the ranks returning their metrics, and "
+        "weight sync is the learner putting its weights and the rollout actors loading them; "
+        "TRL's train time is everything in `trainer.train()` but generation and reward; the "
+        "last row times rlrun's `train_on_shard` alone, in this process with the learner's "
+        "threads, so train minus that row is what running the learner as a Ray actor adds "
+        "(the call and the shard's transfer). "
         f"{pi_old_note}{seeds_note}{variant_note}\n\n"
         f"{main_table}\n\n{breakdown}\n"
     )

@@ -20,6 +20,12 @@ from rlrun.config import Config
 TRAIN_WORKER_RUNTIME_ENV = {"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}}
 
 
+def torch_threads(num_threads: int | None, num_cpus: float) -> int:
+    """Intra-op threads for an actor: `num_threads`, else its CPU reservation (at least 1), as
+    Ray's own OMP_NUM_THREADS would be."""
+    return num_threads if num_threads is not None else max(1, int(num_cpus))
+
+
 class ClusterError(RuntimeError):
     """The configured run cannot be placed on (or cannot reach) the Ray cluster."""
 

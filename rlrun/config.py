@@ -109,6 +109,7 @@ class RolloutConfig:
     engine: str = "hf"  # hf (transformers, CPU/debug) | vllm (GPU)
     num_actors: int = 1  # rollout actors (N)
     num_cpus: float = 1.0  # CPUs per rollout actor
+    num_threads: int | None = None  # torch threads per rollout actor (null: num_cpus, at least 1)
     num_gpus: float = 0.0  # GPUs per rollout actor
     batch_size: int = 64  # sequences generated together per engine call
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -130,6 +131,7 @@ class LoraConfig:
 class LearnerConfig:
     num_workers: int = 1  # learner ranks (data-parallel)
     num_cpus: float = 1.0  # CPUs per learner rank
+    num_threads: int | None = None  # torch threads per rank (null: num_cpus, at least 1); synchronous steps can give each role every core, as they take turns
     num_gpus: float = 0.0  # GPUs per learner rank (0: CPU with gloo)
     lr: float = 1e-5  # AdamW learning rate
     weight_decay: float = 0.0  # AdamW weight decay
@@ -332,6 +334,7 @@ NON_NEGATIVE: tuple[str, ...] = (
     "rollout.sampling.temperature", "rollout.sampling.top_k", "algo.max_topup_rounds",
     "learner.lora.rank", "learner.lora.dropout",
 )
+AT_LEAST_ONE_OR_NULL: tuple[str, ...] = ("rollout.num_threads", "learner.num_threads")
 
 
 def _get(cfg: Any, dotted: str) -> Any:
@@ -359,6 +362,10 @@ def validate(cfg: Config | DictConfig) -> None:
         value = _get(cfg, key)
         if value < 0:
             _fail(key, value, "must be >= 0")
+    for key in AT_LEAST_ONE_OR_NULL:
+        value = _get(cfg, key)
+        if value is not None and value < 1:
+            _fail(key, value, "must be >= 1, or null for the actor's num_cpus")
 
     algo, learner = cfg.algo, cfg.learner
     top_p = cfg.rollout.sampling.top_p
