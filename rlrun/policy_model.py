@@ -65,6 +65,9 @@ class AdaptersOff(torch.nn.Module):
         with self.peft_model.disable_adapter():
             return self.peft_model(*args, **kwargs)
 
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.peft_model.get_output_embeddings()
+
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The transformer blocks (the `layers` ModuleList of a decoder-only LM), the unit FSDP2

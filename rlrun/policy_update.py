@@ -503,7 +503,10 @@ def train_on_shard(
     ref = None if ref_model is None else _fixed_logprobs(
         ref_model, shard, cfg, pad_id, device, compute_dtype
     )
-    params = [p for p in model.parameters() if p.requires_grad]
+    # The optimizer's own parameters: after a no-grad forward FSDP2 leaves the root module's
+    # parameters unsharded, and `model.parameters()` would hand out those stand-ins, whose
+    # gradients stay empty (they land on the sharded parameters).
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     share = shares_prompts(model, cfg)
     per_update, grad_norms, bad = [], [], 0
     for u, update in enumerate(shard.updates):
