@@ -30,17 +30,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import resource
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 from docs_section import write_section
+from measure import machine, peak_rss, rss
 from torch import Tensor
 
 from rlrun import batching
@@ -120,20 +117,15 @@ def saved_bytes(fn, model: torch.nn.Module, batch: TensorBatch, with_entropy: bo
     return sum(storages.values())
 
 
-def rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def child(variant: str, dtype: str, with_entropy: bool, repeats: int) -> dict:
     fn = VARIANTS[variant]
     model, batch, params = build(DTYPES[dtype])
     model.train()
-    before, peak_before = rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    before, peak_before = rss(), peak_rss()
     start = time.perf_counter()
     step(fn, model, batch, with_entropy)
     first = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss()
     if peak <= peak_before:
         raise RuntimeError("the step stayed under the peak of building the model: no reading")
     saved = saved_bytes(fn, model, batch, with_entropy)
@@ -153,18 +145,6 @@ def run_child(variant: str, dtype: str, with_entropy: bool, args: argparse.Names
         command.append("--entropy")
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
-
-
-def machine() -> str:
-    import transformers
-
-    cpu = platform.processor() or "unknown CPU"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, transformers "
-            f"{transformers.__version__}")
 
 
 def gb(n: float) -> str:

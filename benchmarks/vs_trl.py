@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import shutil
 import statistics
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from docs_section import DOCS, write_section
+from measure import cpu_name
 from trl_grpo import run_trl
 
 from rlrun.config import Config, load_config
@@ -241,14 +241,7 @@ def machine() -> str:
     import transformers
     import trl
 
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     return (
         f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, transformers "
         f"{transformers.__version__}, trl {trl.__version__}, ray {ray.__version__}"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import time
 
 import ray
 from docs_section import write_section
+from measure import cpu_name
 from ray.util.placement_group import placement_group, remove_placement_group
 
 from actors.learner import LearnerGroup
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             f"`{row['backend']}` | {row['seconds']:.3f} | {row['gb_per_s']:.2f} | "
             f"{base['seconds'] / row['seconds']:.2f}x |"
         )
-    cpu = platform.processor() or "unknown CPU"
+    cpu = cpu_name()
     command = "python benchmarks/weight_sync.py " + " ".join(argv or sys.argv[1:])
     load = os.getloadavg()[0]
     section = (

@@ -35,22 +35,51 @@ Learner, per rank (what one GPU holds at the peak of a forward/backward):
   (norm outputs feeding the q/k/v and gate/up projections; q, k, v for attention; the attention
   output feeding o_proj; SwiGLU's gate, up, silu(gate) and their product feeding down_proj; and
   per RMSNorm the fp32 upcast of its input plus the normalised value, since HF's RMSNorm computes
-  in fp32). `learner.attention=eager` adds the softmax scores, b*a*s^2*(4 + c) per layer.
+  in fp32). Qwen3's RMSNorm on each head's q and k adds (4 + c)*(a*d + k*d) the same way.
+  `learner.attention=eager` adds the softmax scores, b*a*s^2*(4 + c) per layer.
   Without checkpointing a micro-batch keeps L*T*A; with `learner.gradient_checkpointing` (one
   checkpoint per decoder layer, as HF's `gradient_checkpointing_enable` does) it keeps each
   layer's input, L*T*h*c, plus one layer recomputed in backward, T*A. The final norm adds
   T*(4h + 2*c*h). Adapter activations (r per target per token) are left out: under 1%.
-  T is `learner.max_tokens_per_micro_batch` when set, else micro_batch_size * s with no more
-  rows than one rank's share of an update: an upper bound, as shared-prompt rows hold a prompt
-  once. s = prompt tokens (`--prompt-tokens`, default 512: a config does not record prompt
-  lengths) + `rollout.sampling.max_new_tokens`, capped at `rollout.max_model_len`.
-- logits and log-probs, as `rlrun.policy_update.response_logprobs` computes them: the lm_head
-  output [R, T, V] in c is kept for backward and gets a gradient of the same size, 2*T*V*c; the
-  log-probs go through the vocabulary in position chunks of 2^24 elements (2^24 // V positions),
-  so only one [chunk, V] block of fp32 temporaries exists at a time: 3*4 bytes per element (the
-  upcast divided by the temperature, log_softmax, its gradient in backward). The unchunked
-  figure, T_r*V*(c + 12) over the T_r response positions (the [N, L, V] gathered copy, its fp32
-  upcast, log_softmax and gradient), is reported next to it so users see why chunking matters.
+  T is the model positions of the largest micro-batch: `learner.max_tokens_per_micro_batch`
+  when set, else n = micro_batch_size sequences (no more than one rank's share of an update) of
+  s tokens. Shared-prompt rows (`learner.shared_prompt_forward`, the default, with sdpa or eager
+  attention) hold a prompt once and then up to 2s - p tokens of its responses (r each), and
+  every row is padded to the longest: T is the worst mix of the step's prompts in a micro-batch
+  (`Layout.micro_batch`), which with many prompts is n - 1 rows of p + 2r, more than n*s, and
+  with few prompts per micro-batch less.
+  s = prompt tokens (`--prompt-tokens`, default 512: a config does not record prompt lengths) +
+  `rollout.sampling.max_new_tokens`, capped at `rollout.max_model_len`.
+- the output layer, as `rlrun.policy_update.response_logprobs` computes the log-probs of the
+  n*r response positions, in chunks of C = 2^24 // V positions. Its two paths, chosen by the
+  size of the micro-batch's logits in the output layer's weight dtype (m, or c under LoRA):
+  up to 256 MB (`FULL_LOGITS_BYTES`) the model computes the full logits, T*V*c, kept for
+  backward, which writes their gradient in place (no second copy); the backward of one chunk
+  holds ~7 [C, V] tensors, C*V*(4c + 12) (the chunk read from the logits, its per-sample pick,
+  the previous sample gradient and the chunk's gradient in c; log_softmax's output and two
+  gradients in fp32). Above it (`_selective_head`) no [R, T, V] tensor exists: each
+  chunk's [C, V] logits are recomputed in backward, C*V*(c + 12), next to the output layer's
+  weight gradient summed over the earlier chunks. The output layer's weight gradient [V, h]
+  (in c; autocast then copies it to m) is summed out of place over the selective path's chunks,
+  3*V*h*c alive at once (1 on the full path); a tied embedding adds its own [V, h] gradient to
+  it at the end of backward, 3*V*h*m (an untied one, V*h*m). Under fsdp2 these are unsharded,
+  in c, less the root's gradients the working copy counts; LoRA makes none (a frozen base).
+  The unchunked one-pass figure,
+  n*r*V*(c + 12) (the [N, L, V] gathered copy, its fp32 upcast, log_softmax and gradient, next
+  to logits and their gradient, 2*T*V*c), is reported next to it so users see what chunking
+  saves.
+- AdamW's step: on CUDA torch's default foreach implementation makes sqrt(exp_avg_sq) of every
+  trained parameter at once, P*m (divided by N under fsdp2); on CPU (and in host memory under
+  cpu_offload) the single-tensor one makes two copies of one parameter at a time.
+- phases: weights, gradients, optimizer state, working copy and reference are alive throughout;
+  the rest is not alive at once. The peak is the largest of: the backward of the log-prob chunks
+  (activations + logits + chunk), the output layer's backward (activations + logits + its weight
+  gradient), the end of backward (the embedding's gradient; activations are freed) and the
+  optimizer step (its temporaries). The items of the other phases are shown, marked, and not
+  added. Gradients are counted whole in every phase, as in the last micro-batch of an update
+  (the earlier ones have made them); with one micro-batch per update that is an upper bound.
+  `benchmarks/plan_accuracy.py` compares the learner total with the measured peak of a learner
+  step on CPU (docs/benchmarks.md).
 - a fixed 2 GiB on a GPU for the CUDA context and cuBLAS workspaces (~0.5 GiB), NCCL
   communicator buffers (~0.5 GiB) and caching-allocator fragmentation (~1 GiB, about 5% of a
   full GPU); nothing on a CPU run.
@@ -104,10 +133,17 @@ LEARNER_OVERHEAD = 2 * GIB
 VLLM_OVERHEAD = int(1.5 * GIB)
 VLLM_ASLEEP = 1 * GIB
 DEFAULT_PROMPT_TOKENS = 512
+# Attention kernels that take shared-prompt rows' block mask
+# (rlrun.policy_update._BLOCK_MASK_ATTENTION).
+_BLOCK_MASK_ATTENTION = ("sdpa", "eager")
 # Elements per chunk of the chunked log-prob (rlrun.policy_update._LOGPROB_CHUNK_ELEMENTS).
 LOGPROB_CHUNK_ELEMENTS = 2**24
 # fp32 temporaries per logit in a log-prob chunk: upcast/temperature, log_softmax, gradient.
 _LOGIT_FP32_COPIES = 3
+# A micro-batch whose [R, T, V] logits, in the output layer's weight dtype, take at most this many
+# bytes gets them whole; a larger one the selective output layer
+# (rlrun.policy_update._FULL_LOGITS_BYTES).
+FULL_LOGITS_BYTES = 2**28
 
 TINY = "tiny"
 # ByT5Tokenizer(extra_ids=0): 256 bytes + pad, eos, unk (rlrun.models.build_tiny_model).
@@ -284,7 +320,10 @@ class ModelShape:
         """A in the module docstring: bytes one layer saves for backward per token."""
         h = self.hidden
         linear_inputs = 2 * h + self.q_dim + 2 * self.kv_dim + self.q_dim + 4 * self.intermediate
-        return c * linear_inputs + 2 * (4 * h + c * h)
+        # Qwen3's per-head RMSNorm on q and k saves what every RMSNorm does: its fp32 input and
+        # the normalised value.
+        qk_norms = (4 + c) * (self.q_dim + self.kv_dim) if self.qk_norm else 0
+        return c * linear_inputs + 2 * (4 * h + c * h) + qk_norms
 
     def describe(self) -> str:
         return (f"{_count(self.params)} params, {self.layers} layers, hidden {self.hidden}, "
@@ -429,6 +468,10 @@ class Layout:
     rollout_on_gpu: bool
     batch: int  # prompts_per_step * group_size, for valid num_workers
     mini_batches: int
+    # Completions of one prompt may share a row (learner.shared_prompt_forward with a kernel
+    # that takes a block mask: sdpa or eager); group_size of them per prompt.
+    shared_prompts: bool = False
+    group_size: int = 1
 
     @classmethod
     def from_config(cls, cfg: Config, prompt_tokens: int = DEFAULT_PROMPT_TOKENS) -> Layout:
@@ -461,6 +504,9 @@ class Layout:
             rollout_on_gpu=rollout.num_gpus > 0,
             batch=batch,
             mini_batches=algo.mini_batches,
+            shared_prompts=(learner.shared_prompt_forward
+                            and learner.attention in _BLOCK_MASK_ATTENTION),
+            group_size=algo.group_size,
         )
 
     @property
@@ -470,10 +516,51 @@ class Layout:
 
     @property
     def micro_tokens(self) -> int:
-        if self.max_tokens_per_micro_batch:
-            return self.max_tokens_per_micro_batch
-        rows = min(self.micro_batch_size, self.samples_per_rank_update)
-        return rows * self.seq_len
+        return self.micro_batch()[0]
+
+    def micro_batch(self) -> tuple[int, int, int, int]:
+        """(model positions, rows, row length, sequences) of the largest micro-batch.
+
+        Plain rows: n sequences of s tokens. Shared-prompt rows (`TensorBatch`) hold a prompt
+        once and then its responses, up to J = (p + 2r) // r of them (a row is capped at 2s),
+        and every row is padded to the longest. The shuffled mini-batches put any mix of the
+        step's prompts in a micro-batch, so the count is the worst mix: over j, the most
+        samples of one prompt in it (at most group_size), the rows are ceil(j / J) for that
+        prompt plus as many as the other n - j samples can make from the other prompts
+        (one per prompt, and one more per J further samples of a prompt), each p + min(j, J)*r
+        long. With enough prompts that is n - 1 rows of p + 2r for j = 2, more than n*s; with
+        few prompts a row shares them and it is less. `learner.max_tokens_per_micro_batch`
+        caps the plain tokens of a micro-batch (n = cap // s sequences in shared rows).
+        """
+        s = self.seq_len
+        cap = self.max_tokens_per_micro_batch
+        n = max(1, cap // s) if cap else min(self.micro_batch_size, self.samples_per_rank_update)
+        plain = (cap, max(1, math.ceil(cap / s)), s, n) if cap else (n * s, n, s, n)
+        if not self.shared_prompts:
+            return plain
+        p = min(self.prompt_tokens, s - 1)
+        r = s - p
+        per_row = max(1, (p + 2 * r) // r)
+        others = max(1, min(self.batch // max(1, self.group_size), n)) - 1  # other prompts
+        best: tuple[int, int, int, int] | None = None
+        for j in range(1, min(self.group_size, n) + 1):
+            rest = n - j
+            if rest > others * j:
+                continue  # the other prompts cannot hold the rest with at most j each
+            if rest <= others:
+                rows = rest
+            else:
+                rows = others + min((rest - others) // per_row, others * ((j - 1) // per_row))
+            rows += math.ceil(j / per_row)
+            length = p + min(j, per_row) * r
+            if best is None or rows * length > best[0]:
+                best = (rows * length, rows, length, n)
+        return best or plain
+
+    @property
+    def response_tokens(self) -> int:
+        """Response positions of one sequence: max_new_tokens, less what max_model_len cuts."""
+        return max(1, self.seq_len - min(self.prompt_tokens, self.seq_len - 1))
 
     def with_workers(self, n: int) -> Layout:
         return dataclasses.replace(
@@ -647,9 +734,7 @@ def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool,
     elif lay.reference:
         notes.append("reference model: the base with adapters off (no extra memory)")
 
-    tokens = lay.micro_tokens
-    seq = lay.seq_len
-    rows = max(1, math.ceil(tokens / seq))
+    tokens, rows, row_len, sequences = lay.micro_batch()
     per_layer = shape.activation_bytes_per_token_layer(c)
     final_norm = tokens * (4 * shape.hidden + 2 * c * shape.hidden)
     if lay.gradient_checkpointing:
@@ -659,26 +744,23 @@ def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool,
         act = shape.layers * tokens * per_layer + final_norm
         how = "no checkpointing"
     if lay.attention == "eager":
-        scores = rows * shape.heads * seq * seq * (4 + c)
+        scores = rows * shape.heads * row_len * row_len * (4 + c)
         act += scores * (1 if lay.gradient_checkpointing else shape.layers)
         how += ", eager attention scores"
-    items.append(Item("activations", act, False,
-                      f"{rows} x {seq} = {tokens} tokens, {how}"))
-    v = shape.vocab
-    items.append(Item("logits", 2 * tokens * v * c, False,
-                      f"lm_head output [{tokens}, {v}] {lay.compute_dtype}, kept for backward, "
-                      "+ its gradient"))
-    response = min(tokens, rows * lay.max_new_tokens)
-    fp32 = 4 * _LOGIT_FP32_COPIES
-    unchunked = response * v * (c + fp32)
-    if chunked:
-        n = min(max(1, chunk // v), response)
-        items.append(Item("log-probs", n * v * fp32, False,
-                          f"one [{n}, {v}] fp32 chunk (unchunked [N, L, V] fp32: "
-                          f"{_size(unchunked)})"))
-    else:
-        items.append(Item("log-probs", unchunked, False,
-                          f"unchunked [{response}, {v}]: gathered copy + fp32 + log_softmax"))
+    shared = (f", shared-prompt rows at worst ({sequences} sequences)"
+              if row_len != lay.seq_len else "")
+    backward = ("log-prob backward", "output-layer backward")
+    phased: list[tuple[Item, tuple[str, ...]]] = [
+        (Item("activations", act, False, f"{rows} x {row_len} = {tokens} tokens{shared}, {how}"),
+         backward)]
+    phased += _logit_items(shape, lay, tokens, sequences * lay.response_tokens, fsdp, chunked,
+                           chunk)
+    phased += _update_items(shape, lay, shards, offload, on_gpu)
+    counted, peak = _peak_phase(phased)
+    items += counted
+    notes.append(f"peak in the {peak} phase: items marked 'not at the peak' are in the other "
+                 "phases, shown but not added")
+    unchunked = sequences * lay.response_tokens * shape.vocab * (c + 4 * _LOGIT_FP32_COPIES)
     if on_gpu:
         items.append(Item("CUDA context + fragmentation", LEARNER_OVERHEAD, False,
                           "fixed: context, NCCL buffers, allocator slack"))
@@ -696,6 +778,137 @@ def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool,
             f"an {gpu.name}: shard it (learner.strategy=fsdp2), offload, checkpoint activations, "
             "use LoRA or a smaller learner.micro_batch_size")
     return plan
+
+
+Phased = list[tuple[Item, tuple[str, ...]]]
+
+
+def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, fsdp: bool,
+                 chunked: bool, chunk: int) -> Phased:
+    """The output layer's share of a micro-batch: logits, log-prob chunks and the gradients of
+    the output layer's and the embedding's weights, each with the phases it is alive in."""
+    m, c = DTYPE_BYTES[lay.master_dtype], DTYPE_BYTES[lay.compute_dtype]
+    v, vh = shape.vocab, shape.vocab * shape.hidden
+    cdt = lay.compute_dtype
+    lora = lay.lora_rank > 0
+    # response_logprobs compares the logits' size in the output layer's weight dtype: the master
+    # dtype under full fine-tuning (FSDP2 keeps fp32 shards too), the frozen base's under LoRA.
+    full_bytes = tokens * v * (c if lora else m)
+    full = full_bytes <= FULL_LOGITS_BYTES or not chunked
+    n = min(max(1, chunk // v), response)  # positions per chunk
+    # The output layer's weight gradient [V, H] comes in the compute dtype (autocast, FSDP2's
+    # unsharded parameters) and autograd sums the parts one weight receives out of place: the
+    # selective head's chunks make buffer + new part + sum = 3 of them; autocast then casts the
+    # sum to the master dtype. A tied embedding adds its own [V, H] gradient to the output
+    # layer's at the end of backward: 3 again, in the master dtype. FSDP2's working copy already
+    # counts the root's unsharded gradients once; LoRA trains neither.
+    counted = shape.root_params * c if fsdp else 0
+
+    def beyond(nbytes: float) -> float:
+        return 0 if lora else max(0, nbytes - counted)
+
+    cast = vh * m if c != m and not fsdp else 0
+    head_grad = beyond(vh * c + cast if full else max(3 * vh * c, vh * c + cast))
+    end_grad = beyond((3 if shape.tied else 1) * vh * (c if fsdp else m))
+    backward = ("log-prob backward", "output-layer backward")
+    unchunked = response * v * (c + 4 * _LOGIT_FP32_COPIES)
+    one_pass = f"; one pass over [N, L, V] would take {_size(unchunked)}"
+    if not chunked:
+        logits = Item("logits", 2 * tokens * v * c, False,
+                      f"lm_head output [{tokens}, {v}] {cdt}, kept for backward, + its gradient")
+        logprobs = Item("log-probs", unchunked, False,
+                        f"unchunked [{response}, {v}]: gathered copy + fp32 + log_softmax")
+    elif full:
+        logits = Item("logits", tokens * v * c, False,
+                      f"full-logits path ({_size(full_bytes)} <= {_size(FULL_LOGITS_BYTES)}): "
+                      f"lm_head output [{tokens}, {v}] {cdt}, kept for backward, which writes "
+                      "its gradient in place")
+        # Backward of one chunk (`_ChunkedLogprobs.backward`), at its fullest: in c the chunk
+        # read from the logits, its per-sample pick, the previous sample gradient and the
+        # chunk's gradient; in fp32 log_softmax's output, the gather's and log_softmax's
+        # gradients (in fp32 compute the previous pick, still held by its graph, and the divided
+        # input take the place of the fp32 copies: 7 x 4 bytes either way).
+        logprobs = Item("log-probs", n * v * (4 * c + 12), False,
+                        f"backward of one [{n}, {v}] chunk: 4 copies in {cdt}, 3 in float32"
+                        + one_pass)
+    else:
+        logits = Item("logits", 0, False,
+                      f"selective output layer ({_size(full_bytes)} of logits > "
+                      f"{_size(FULL_LOGITS_BYTES)}): no [R, T, V] tensor, the output layer "
+                      f"runs on the {response} response positions in chunks, recomputed in "
+                      "backward")
+        # One recomputed chunk: its logits in c and 3 fp32 temporaries, with the output layer's
+        # gradient summed over the earlier chunks (if any).
+        so_far = beyond(vh * c) if response > n else 0
+        logprobs = Item("log-probs", n * v * (c + 12) + so_far, False,
+                        f"recomputed [{n}, {v}] chunk in backward: logits in {cdt}, 3 in float32, "
+                        "the output layer's gradient so far" + one_pass)
+    return [
+        (logits, backward),
+        (logprobs, ("log-prob backward",)),
+        (Item("output-layer gradient", head_grad, False,
+              f"[{v}, {shape.hidden}] weight gradient" + (
+                  " of each chunk, summed out of place (3 alive)" if not full else
+                  ", made while the logits are alive") + (f", cast to {lay.master_dtype}"
+                                                           if cast else "")),
+         ("output-layer backward",)),
+        (Item("embedding gradient", end_grad, False,
+              f"[{v}, {shape.hidden}] " + ("tied: the output layer's gradient + the "
+                                           "embedding's + their sum" if shape.tied else
+                                           "dense embedding gradient") + " at the end of "
+              "backward, activations freed"),
+         ("end of backward",)),
+    ]
+
+
+def _update_items(shape: ModelShape, lay: Layout, shards: int, offload: bool,
+                  on_gpu: bool) -> Phased:
+    """AdamW's temporaries in `optimizer.step()` (activations are freed by then). On CUDA
+    torch's default foreach implementation makes sqrt(exp_avg_sq) of every parameter at once;
+    on CPU (and under cpu_offload) the single-tensor one makes two copies of one tensor at a
+    time (sqrt, then divided by the bias correction)."""
+    h = shape.hidden
+    if lay.lora_rank > 0:
+        shapes = shape.linear_shapes()
+        trained = shape.lora_params(lay.lora_rank, list(lay.lora_targets))
+        largest = lay.lora_rank * max((max(shapes[t]) for t in lay.lora_targets if t in shapes),
+                                      default=0)
+        nbytes = 4
+    else:
+        trained = shape.params
+        largest = max(shape.vocab * h, shape.intermediate * h, shape.q_dim * h)
+        nbytes = DTYPE_BYTES[lay.master_dtype]
+    if on_gpu and not offload:
+        item = Item("AdamW step", trained * nbytes / shards, False,
+                    "foreach sqrt(exp_avg_sq) of every parameter (torch's CUDA default)")
+    elif offload:
+        # In host memory, and only while the step runs: shown, not added to the host figure.
+        item = Item("AdamW step", 2 * largest * nbytes / shards, True,
+                    "single-tensor on the host: 2 copies of the largest parameter shard",
+                    info=True)
+    else:
+        item = Item("AdamW step", 2 * largest * nbytes / shards, False,
+                    "single-tensor: 2 copies of the largest parameter")
+    return [(item, () if item.host else ("optimizer step",))]
+
+
+def _peak_phase(phased: Phased) -> tuple[list[Item], str]:
+    """The items of the phase with the most bytes, counted; the other phases' items kept for
+    the report as `info` (not part of the total). Items with no phase are always counted."""
+    sums: dict[str, float] = {}
+    for item, phases in phased:
+        for phase in phases:
+            sums[phase] = sums.get(phase, 0.0) + (0.0 if item.host else item.nbytes)
+    peak = max(sums, key=lambda p: sums[p])  # first of equals: dicts keep insertion order
+    out = []
+    for item, phases in phased:
+        if not phases or peak in phases or item.host:
+            out.append(item)
+        else:
+            out.append(dataclasses.replace(item, info=True,
+                                           detail=f"{item.detail} (not at the peak: "
+                                                  f"{' / '.join(phases)})"))
+    return out, peak
 
 
 def _rollout(shape: ModelShape, lay: Layout, gpu: Gpu | None) -> RolloutPlan:

@@ -135,14 +135,127 @@ def test_chunked_logprobs_are_reported_next_to_the_unchunked_cost():
     cfg = load_config(None, GPU_7B)
     chunked = estimate(cfg, shipped_config(Q7B), "a10g")
     full = estimate(cfg, shipped_config(Q7B), "a10g", chunked_logprobs=False)
-    tokens, vocab, response = chunked.learner.tokens, 152_064, 2 * 1024
-    # The bf16 lm_head output is kept for backward and gets a gradient of its size, either way.
-    assert chunked.learner.item("logits").nbytes == 2 * tokens * vocab * 2
+    tokens, vocab, hidden, response = chunked.learner.tokens, 152_064, 3584, 2 * 1024
+    assert tokens == 2 * 1536
     assert chunked.learner.unchunked_logprob_bytes == response * vocab * (2 + 12)
     assert full.learner.item("log-probs").nbytes == chunked.learner.unchunked_logprob_bytes
-    # Chunks of 2**24 elements: 110 positions of a 152k vocabulary, in fp32 x 3.
-    assert chunked.learner.item("log-probs").nbytes == 110 * vocab * 12
-    assert "unchunked" in format_plan(chunked)
+    # The one-pass learner keeps the bf16 lm_head output and a gradient of its size.
+    assert full.learner.item("logits").nbytes == 2 * tokens * vocab * 2
+    # 3072 x 152k logits are 1.7 GiB in the fp32 master dtype, over 256 MB: the selective output
+    # layer, no logits; one recomputed chunk of 2**24 elements (110 positions) in bf16 + 3 fp32,
+    # next to the bf16 [V, H] gradient of the chunks before it.
+    assert chunked.learner.item("logits").nbytes == 0
+    assert chunked.learner.item("log-probs").nbytes == 110 * vocab * (2 + 12) + vocab * hidden * 2
+    assert "one pass over [N, L, V] would take" in format_plan(chunked)
+
+
+# A Qwen3 small enough to count by hand: V = 2**16, so a chunk of 2**24 elements is 256 positions.
+SMALL = {
+    "model_type": "qwen3", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+    "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 65_536,
+    "tie_word_embeddings": True,
+}
+# 64 prompt + 128 response tokens; plain rows, so a micro-batch of n is n x 192 positions.
+SMALL_RUN = ["rollout.sampling.max_new_tokens=128", "learner.shared_prompt_forward=false"]
+
+
+def plan_small(*overrides: str):
+    return estimate(load_config(None, [*SMALL_RUN, *overrides]), SMALL, None,
+                    prompt_tokens=64).learner
+
+
+def test_full_logits_path_keeps_one_copy_of_the_logits():
+    learner = plan_small("learner.micro_batch_size=2")
+    # 384 x 65536 fp32 logits = 96 MiB, under 256 MB: the model computes them whole.
+    assert learner.tokens == 384
+    assert learner.item("logits").nbytes == 384 * 65_536 * 4 == 100_663_296
+    assert "full-logits path" in learner.item("logits").detail
+    # Backward of one chunk of the 256 response positions: 4 copies in fp32 + 3 fp32 temporaries.
+    assert learner.item("log-probs").nbytes == 256 * 65_536 * (4 * 4 + 12) == 469_762_048
+    # The output layer's [V, H] gradient comes after the chunk is freed; the tied embedding's
+    # end-of-backward sum (3 x [V, H]) once the activations are gone.
+    assert learner.item("output-layer gradient").nbytes == 65_536 * 128 * 4 == 33_554_432
+    assert learner.item("embedding gradient").nbytes == 3 * 33_554_432
+    # The log-prob backward is the peak: its items are counted, the other phases' shown only.
+    assert learner.item("output-layer gradient").info
+    assert learner.item("embedding gradient").info
+    assert not learner.item("log-probs").info and not learner.item("activations").info
+    states = 4 * 4 * ModelShape.from_config(SMALL).params
+    assert learner.total == pytest.approx(
+        states + learner.item("activations").nbytes + 100_663_296 + 469_762_048)
+
+
+def test_selective_path_has_no_logits_and_sums_the_head_gradient():
+    learner = plan_small("learner.micro_batch_size=8")
+    # 1536 x 65536 fp32 logits = 384 MiB, over 256 MB: the output layer runs on the response
+    # positions only, 256 at a time.
+    assert learner.tokens == 1536
+    assert learner.item("logits").nbytes == 0
+    assert "selective output layer" in learner.item("logits").detail
+    # A recomputed chunk (fp32 logits + 3 fp32 temporaries) next to the gradient so far.
+    assert learner.item("log-probs").nbytes == 256 * 65_536 * (4 + 12) + 33_554_432
+    # Each chunk's [V, H] gradient summed out of place: buffer + part + sum. At hidden 128 that
+    # is less than a chunk's temporaries: the log-prob backward is the peak.
+    assert learner.item("output-layer gradient").nbytes == 3 * 33_554_432
+    assert learner.item("output-layer gradient").info and not learner.item("log-probs").info
+
+
+def test_the_path_is_chosen_on_the_master_dtype_and_autocast_adds_a_cast():
+    # bf16 compute over fp32 masters: the same 1536 positions are 192 MiB of bf16 logits, but
+    # response_logprobs sizes them in the output layer's (fp32) weight dtype: 384 MiB, selective.
+    learner = plan_small("learner.micro_batch_size=8", "model.dtype=bfloat16")
+    assert learner.item("logits").nbytes == 0
+    vh = 65_536 * 128
+    # bf16 parts summed (3 x 2 bytes), or the bf16 sum next to its fp32 cast (2 + 4): 6 either way.
+    assert learner.item("output-layer gradient").nbytes == 6 * vh
+    # Under LoRA the base (and its output layer) is frozen: no weight gradients; the path is
+    # chosen on the bf16 base: 192 MiB, full logits.
+    lora = plan_small("learner.micro_batch_size=8", "model.dtype=bfloat16", "learner.lora.rank=8")
+    assert lora.item("logits").nbytes == 1536 * 65_536 * 2
+    assert lora.item("output-layer gradient").nbytes == 0
+    assert lora.item("embedding gradient").nbytes == 0
+
+
+def test_shared_prompt_rows_count_the_worst_padding():
+    shared = ["rollout.sampling.max_new_tokens=128", "learner.micro_batch_size=4"]
+    cfg = load_config(None, shared)
+    # Rows of a prompt (64) + up to 2 responses (128 each) are 320 long, and every row is padded
+    # to the longest: 3 rows (one shared, two single) of 320 beat 4 plain rows of 192.
+    assert estimate(cfg, SMALL, None, prompt_tokens=64).learner.tokens == 3 * 320
+    for off in (["learner.shared_prompt_forward=false"],
+                ["learner.attention=flash_attention_2", "learner.num_gpus=1"]):
+        cfg = load_config(None, [*shared, *off])
+        assert estimate(cfg, SMALL, None, prompt_tokens=64).learner.tokens == 4 * 192
+    # One prompt a step: its 4 completions fill 2 rows of 2.
+    cfg = load_config(None, [*shared, "algo.prompts_per_step=1"])
+    assert estimate(cfg, SMALL, None, prompt_tokens=64).learner.tokens == 2 * 320
+    # 64 sequences of 16 prompts x 8, 512 + 96 tokens: up to 7 responses a row (1184 positions).
+    # Worst: one prompt with all 8 (2 rows), 5 more with 8 and 10 with 1-7 (15 + 5 rows): 22 rows
+    # of 1184, fewer positions than 64 plain rows of 608.
+    cfg = load_config(None, ["learner.micro_batch_size=64", "rollout.sampling.max_new_tokens=96"])
+    assert estimate(cfg, SMALL, None, prompt_tokens=512).learner.tokens == 22 * 1184 < 64 * 608
+
+
+def test_qwen3_qk_norms_add_to_the_activations():
+    shape = ModelShape.from_config(SMALL)
+    # fp32: 4*(2h + q + 2kv + q + 4I) + 2*(4h + 4h) + (4 + 4)*(q + kv), h = q = kv = 128, I = 256.
+    assert shape.activation_bytes_per_token_layer(4) == 4 * 1792 + 2048 + 2048
+
+
+def test_the_optimizer_step_is_its_own_phase():
+    # One response token a sequence: AdamW's temporaries outweigh the backward. On a GPU torch's
+    # foreach AdamW makes sqrt(exp_avg_sq) of every parameter; on CPU two copies of the largest.
+    untied = {**SMALL, "tie_word_embeddings": False}
+    params = ModelShape.from_config(untied).params
+    run = [*SMALL_RUN, "learner.micro_batch_size=1", "rollout.sampling.max_new_tokens=1"]
+    cpu = estimate(load_config(None, run), untied, None, prompt_tokens=64).learner
+    assert cpu.item("AdamW step").nbytes == 2 * 65_536 * 128 * 4
+    gpu = estimate(load_config(None, run), untied, "a10g", prompt_tokens=64).learner
+    assert gpu.item("AdamW step").nbytes == params * 4
+    for learner, step in ((cpu, 2 * 65_536 * 128 * 4), (gpu, params * 4)):
+        assert not learner.item("AdamW step").info and learner.item("activations").info
+        overhead = LEARNER_OVERHEAD if learner is gpu else 0
+        assert learner.total == pytest.approx(4 * params * 4 + step + overhead)
 
 
 def test_a_cpu_run_reports_bytes_without_a_verdict_or_cuda_overhead():
