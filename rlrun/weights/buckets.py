@@ -14,14 +14,14 @@ sender feeds vLLM's own NCCL receiver and rlrun's receivers alike:
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-# A checksum weight per byte position, so swapped bytes change the sum (a plain byte sum would
-# not notice two tensors arriving in each other's place).
+# The period of the GPU checksum's byte-position weights.
 _MODULUS = 65_521
 
 
@@ -79,9 +79,19 @@ def unpack(bucket: Tensor, metas: list[ParamMeta]) -> list[tuple[str, Tensor]]:
     return out
 
 
-def checksum(bucket: Tensor, chunk: int = 1 << 24) -> int:
-    """A position-weighted sum of a bucket's bytes, computed where the bucket lives, in slices
-    of `chunk` bytes so it never needs more than a slice of int64 scratch."""
+def checksum(bucket: Tensor) -> int:
+    """A checksum of a bucket's bytes, computed where the bucket lives (sender and receivers of
+    one group keep their buckets on the same kind of device, so they compute the same one):
+    CRC-32 on CPU (zlib, a few GB/s), `weighted_sum` on a GPU."""
+    if bucket.device.type == "cpu":
+        return zlib.crc32(bucket.contiguous().numpy())
+    return weighted_sum(bucket)
+
+
+def weighted_sum(bucket: Tensor, chunk: int = 1 << 24) -> int:
+    """A position-weighted sum of a bucket's bytes, in slices of `chunk` bytes: it stays on the
+    device and needs only a slice of int64 scratch. The weights make swapped bytes change the
+    sum (a plain byte sum would not notice two tensors arriving in each other's place)."""
     total = 0
     for start in range(0, bucket.numel(), chunk):
         part = bucket[start : start + chunk].to(torch.int64)  # [C]

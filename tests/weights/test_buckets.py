@@ -3,7 +3,14 @@
 import pytest
 import torch
 
-from rlrun.weights.buckets import ParamMeta, bucket_ranges, checksum, pack, unpack
+from rlrun.weights.buckets import (
+    ParamMeta,
+    bucket_ranges,
+    checksum,
+    pack,
+    unpack,
+    weighted_sum,
+)
 
 
 def metas(*sizes: int) -> list[ParamMeta]:
@@ -37,13 +44,17 @@ def test_unpack_refuses_a_bucket_of_the_wrong_size():
         unpack(torch.zeros(12, dtype=torch.uint8), metas(1, 1))
 
 
-def test_the_checksum_sees_corruption_and_swapped_tensors():
+@pytest.mark.parametrize("check", [checksum, weighted_sum])
+def test_the_checksum_sees_corruption_and_swapped_tensors(check):
     a, b = torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])
     bucket = pack([a, b])
-    assert checksum(bucket) == checksum(bucket.clone())
+    assert check(bucket) == check(bucket.clone())
     flipped = bucket.clone()
     flipped[5] ^= 1
-    assert checksum(flipped) != checksum(bucket)
-    assert checksum(pack([b, a])) != checksum(bucket)  # same bytes, other order
-    # Slicing the work changes nothing.
-    assert checksum(bucket, chunk=3) == checksum(bucket)
+    assert check(flipped) != check(bucket)
+    assert check(pack([b, a])) != check(bucket)  # same bytes, other order
+
+
+def test_slicing_the_gpu_checksum_changes_nothing():
+    bucket = pack([torch.arange(10.0)])
+    assert weighted_sum(bucket, chunk=3) == weighted_sum(bucket)
