@@ -22,6 +22,7 @@ runs on one cluster never collide.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,8 @@ from typing import Any
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayError
+
+log = logging.getLogger(__name__)
 
 # Errors after which an actor is replaced: it died, or Ray cannot reach it.
 DEAD = (RayActorError, ActorDiedError, ActorUnavailableError)
@@ -61,7 +64,6 @@ class Request:
     call: Callable[[Any, Chunk], Any]
     what: str  # what the actors are doing, for error messages ("generate", "judge")
     results: list[Any]
-    filled: list[bool]
     pending: dict[Any, Chunk] = field(default_factory=dict)
 
 
@@ -141,7 +143,7 @@ class ActorPool:
     ) -> Request:
         """Send `items` in chunks of `chunk_size`; `call(actor, chunk)` starts one remote call
         that returns one result per item of `chunk.items`. Returns at once."""
-        request = Request(call, what, [None] * len(items), [False] * len(items))
+        request = Request(call, what, [None] * len(items))
         with self._lock:
             for ordinal, start in enumerate(range(0, len(items), chunk_size)):
                 part = list(items[start : start + chunk_size])
@@ -170,10 +172,12 @@ class ActorPool:
                     self._release(chunk)
                     slot = self._slots[chunk.slot]
                     self.replace(chunk.slot, chunk.incarnation)
-                    self._retry(request, chunk, (
+                    done = self._retry(request, chunk, (
                         f"{self.role} actor {slot.name} did not finish {request.what} within "
                         f"{self.timeout_s:g}s ({self.timeout_key})"
                     ))
+                    if progress is not None and done is not None:
+                        progress(done)
         return list(request.results)
 
     def map(self, items: Sequence[Any], call: Callable[[Any, Chunk], Any], *, chunk_size: int,
@@ -189,9 +193,13 @@ class ActorPool:
         for ref in ready:
             try:
                 ray.get(ref, timeout=0)  # ready: this only raises what the call raised
-            except DEAD:
+            except DEAD as err:
+                log.warning("%s actor %s died during %s (%s): replacing it", self.role,
+                            self._slots[calls[ref][0]].name, what, first_line(err))
                 self.replace(*calls[ref])
         for ref in late:
+            log.warning("%s actor %s did not finish %s within %gs (%s): replacing it", self.role,
+                        self._slots[calls[ref][0]].name, what, self.timeout_s, self.timeout_key)
             self.replace(*calls[ref])
 
     # ------------------------------------------------------------------ internals
@@ -240,7 +248,6 @@ class ActorPool:
     def _fill(self, request: Request, chunk: Chunk, results: list[Any]) -> None:
         for k, result in enumerate(results):
             request.results[chunk.start + k] = result
-            request.filled[chunk.start + k] = True
 
     def _retry(self, request: Request, chunk: Chunk, error: str) -> Chunk | None:
         chunk.error = error
