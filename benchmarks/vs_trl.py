@@ -43,6 +43,7 @@ from docs_section import DOCS, write_section
 from measure import cpu_name
 from trl_grpo import run_trl
 
+from rlrun.batching import Shard
 from rlrun.config import Config, load_config
 from rlrun.records import Problem
 
@@ -172,29 +173,15 @@ def run_rlrun(cfg: Config, model_path: str, run_out: Path) -> dict[str, Any]:
     }
 
 
-def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats: int = 3
-                    ) -> dict[str, float]:
-    """Seconds per step of rlrun's learner step run in this process, without Ray: one batch
-    of the first step's shape (sampled from `model_path`), median of `repeats`.
-
-    `old_logprobs` is the no-grad pass that fixes pi_old before the update; `step` is the whole
-    `train_on_shard` (that pass, the reference model's when `algo.kl_coef` > 0, forward/backward
-    of every micro-batch, optimizer step).
-    """
+def first_shard(cfg: Config, model_path: str, train: list[Problem]) -> Shard:
+    """One learner shard of the first step's shape: the first prompts of `train`, a group of
+    completions each sampled from `model_path`, seeded random advantages."""
     import torch
 
     from rlrun.batching import TrainSample, make_shards
     from rlrun.data.prompts import render_prompt
     from rlrun.engines import SamplingParams
     from rlrun.engines.hf import HFEngine
-    from rlrun.models import load_causal_lm
-    from rlrun.policy_update import (
-        collate,
-        response_logprobs,
-        shares_prompts,
-        train_on_shard,
-        warmup_schedule,
-    )
 
     algo = cfg.algo
     engine = HFEngine(model_path, cfg.rollout, cfg.model.dtype)
@@ -208,30 +195,71 @@ def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats:
                     float(torch.randn(1, generator=gen)))
         for group in engine.generate(prompts, sampling) for s in group
     ]
-    shard = make_shards(
+    return make_shards(
         samples, step=0, world_size=1, epochs=algo.epochs, mini_batches=algo.mini_batches,
         max_len=cfg.rollout.sampling.max_new_tokens, seed=cfg.run.seed,
     )[0]
-    model = engine.model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learner.lr,
-                                  weight_decay=cfg.learner.weight_decay)
-    scheduler = warmup_schedule(optimizer, cfg.learner.warmup_steps)
-    pad, micro = engine.tokenizer.pad_token_id, cfg.learner.micro_batch_size
-    temperature = cfg.rollout.sampling.temperature or 1.0
-    share = shares_prompts(model, cfg)
-    ref_model = load_causal_lm(model_path, cfg.model.dtype).eval() if algo.kl_coef > 0 else None
-    old, step = [], []
-    for _ in range(repeats):
-        t = time.perf_counter()
+
+
+class LocalLearner:
+    """rlrun's learner step in this process, without Ray: the policy, AdamW, the warm-up
+    schedule and (when `algo.kl_coef` > 0) the reference model, as a learner rank builds them."""
+
+    def __init__(self, cfg: Config, model_path: str) -> None:
+        import torch
+        from transformers import AutoTokenizer
+
+        from rlrun.models import load_causal_lm
+        from rlrun.policy_update import shares_prompts, warmup_schedule
+
+        self.cfg = cfg
+        self.model = load_causal_lm(model_path, cfg.model.dtype)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learner.lr,
+                                           weight_decay=cfg.learner.weight_decay)
+        self.scheduler = warmup_schedule(self.optimizer, cfg.learner.warmup_steps)
+        self.pad = AutoTokenizer.from_pretrained(model_path).pad_token_id
+        self.share = shares_prompts(self.model, cfg)
+        self.ref_model = (load_causal_lm(model_path, cfg.model.dtype).eval()
+                          if cfg.algo.kl_coef > 0 else None)
+
+    def old_logprobs(self, shard: Shard) -> float:
+        """Seconds of the no-grad pass that fixes pi_old before the updates."""
+        import torch
+
+        from rlrun.policy_update import collate, response_logprobs
+
+        micro = self.cfg.learner.micro_batch_size
+        temperature = self.cfg.rollout.sampling.temperature or 1.0
+        start = time.perf_counter()
         with torch.no_grad():
             for update in shard.updates:
                 for i in range(0, len(update.samples), micro):
-                    batch = collate(update.samples[i : i + micro], pad, share_prompts=share)
-                    response_logprobs(model, batch, temperature)
-        old.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        train_on_shard(model, optimizer, scheduler, shard, cfg, pad, ref_model=ref_model)
-        step.append(time.perf_counter() - t)
+                    batch = collate(update.samples[i : i + micro], self.pad,
+                                    share_prompts=self.share)
+                    response_logprobs(self.model, batch, temperature)
+        return time.perf_counter() - start
+
+    def step(self, shard: Shard) -> float:
+        """Seconds of the whole `train_on_shard` (pi_old pass, reference pass, every
+        micro-batch's forward/backward, optimizer steps)."""
+        from rlrun.policy_update import train_on_shard
+
+        start = time.perf_counter()
+        train_on_shard(self.model, self.optimizer, self.scheduler, shard, self.cfg, self.pad,
+                       ref_model=self.ref_model)
+        return time.perf_counter() - start
+
+
+def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats: int = 3
+                    ) -> dict[str, float]:
+    """Seconds per step of rlrun's learner step run in this process, without Ray: one batch
+    of the first step's shape (sampled from `model_path`), median of `repeats`."""
+    shard = first_shard(cfg, model_path, train)
+    local = LocalLearner(cfg, model_path)
+    old, step = [], []
+    for _ in range(repeats):
+        old.append(local.old_logprobs(shard))
+        step.append(local.step(shard))
     return {"old_logprobs": statistics.median(old), "step": statistics.median(step)}
 
 

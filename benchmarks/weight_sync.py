@@ -24,11 +24,13 @@ import time
 import ray
 from docs_section import write_section
 from measure import cpu_name
+from ray.exceptions import RayError
 from ray.util.placement_group import placement_group, remove_placement_group
 
-from actors.learner import LearnerGroup
+from actors.learner import LearnerFailed, LearnerGroup
+from actors.pool import PoolError, first_line
 from actors.rollout import RolloutGroup
-from actors.weight_sync import make_weight_sync
+from actors.weight_sync import SyncFailed, make_weight_sync
 from rlrun.config import load_config
 from rlrun.models import resolve_model_path
 
@@ -85,6 +87,10 @@ def measure(model: str, backend: str, engines: int, syncs: int, cache: str) -> d
             "seconds": median, "gb_per_s": nbytes / median / 1e9}
 
 
+def total_gib() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rows = []
@@ -93,9 +99,18 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for model in MODELS:
                 for backend in BACKENDS:
-                    row = measure(model, backend, args.engines, args.syncs, cache)
-                    print(f"weight_sync: {model} {backend}: {row['seconds']:.3f} s, "
-                          f"{row['gb_per_s']:.2f} GB/s", flush=True)
+                    try:
+                        row = measure(model, backend, args.engines, args.syncs, cache)
+                    except (LearnerFailed, SyncFailed, PoolError, RayError) as err:
+                        # A row that does not fit this machine is a result too.
+                        text = first_line(err)
+                        failed = ("out of memory" if "OutOfMemoryError" in text
+                                  else text)
+                        row = {"model": model, "backend": backend, "failed": failed}
+                        print(f"weight_sync: {model} {backend}: {row['failed']}", flush=True)
+                    else:
+                        print(f"weight_sync: {model} {backend}: {row['seconds']:.3f} s, "
+                              f"{row['gb_per_s']:.2f} GB/s", flush=True)
                     rows.append(row)
         finally:
             ray.shutdown()
@@ -107,10 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         base = next(r for r in rows if r["model"] == row["model"]
                     and r["backend"] == "object_store")
+        if "failed" in row:
+            table.append(f"| {row['model']} | | | `{row['backend']}` | {row['failed']} | | |")
+            continue
+        ratio = "" if "failed" in base else f"{base['seconds'] / row['seconds']:.2f}x"
         table.append(
             f"| {row['model']} | {row['params'] / 1e6:,.1f}M | {row['bytes'] / 1e6:,.1f} MB | "
-            f"`{row['backend']}` | {row['seconds']:.3f} | {row['gb_per_s']:.2f} | "
-            f"{base['seconds'] / row['seconds']:.2f}x |"
+            f"`{row['backend']}` | {row['seconds']:.3f} | {row['gb_per_s']:.2f} | {ratio} |"
         )
     cpu = cpu_name()
     command = "python benchmarks/weight_sync.py " + " ".join(argv or sys.argv[1:])
@@ -125,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         "every engine gets and loads. `collective`: one packed gloo broadcast from learner "
         "rank 0 to every engine in 256 MB buckets, each checksummed, staged and loaded after "
         "the checks. On GPUs the collective path is NCCL into vLLM (`bash "
-        "scripts/gpu_check.sh` measures it).\n\n" + "\n".join(table) + "\n"
+        "scripts/gpu_check.sh` measures it). A row that could not run on this machine "
+        f"({total_gib():.0f} GiB of memory) says why.\n\n" + "\n".join(table) + "\n"
     )
     print("\n".join(table))
     write_section(HEADING, section)

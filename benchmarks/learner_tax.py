@@ -1,0 +1,110 @@
+"""What running the learner as a Ray actor adds to its step: the same step in this process and
+in a learner rank, alternated, on this CPU.
+
+    python benchmarks/learner_tax.py [--sft-model DIR] [--rounds N] [--threads N]
+
+`benchmarks/vs_trl.py` compares the learner's step inside the pipeline with the same step in one
+process, but measures the two tens of minutes apart, and on a shared machine the speed of the
+CPU drifts by more than the difference looked for. Here both run on one shard of the first
+step's shape (the vs_trl recipe, sampled from the warm-started model), taking turns `--rounds`
+times, each with `--threads` torch threads: in this process (`train_on_shard` on a local copy of
+the policy, AdamW and reference model) and in a `LearnerGroup` of one rank on a local Ray (the
+driver's `group.train([shard])`: the call, the shard's transfer and the metrics' return
+included). Both copies start from the same weights and take the same updates. Prints the table
+and writes it into docs/benchmarks.md under its own heading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+from docs_section import write_section
+from measure import cpu_name
+from vs_trl import LocalLearner, bench_config, first_shard, with_overrides
+from vs_trl import parse_args as vs_trl_args
+
+HEADING = "## Learner step: in one process vs as a Ray actor"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sft-model", default=None,
+                        help="model to train (default: the demo's tiny model, untrained)")
+    parser.add_argument("--rounds", type=int, default=10, help="steps timed on each side")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="torch threads on both sides (default: every core)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import ray
+    import torch
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from actors.learner import LearnerGroup
+    from rlrun.data import load_from_config
+    from rlrun.models import resolve_model_path
+    from rlrun.training import init_ray
+
+    args = parse_args(argv)
+    recipe = bench_config(vs_trl_args(["--threads", str(args.threads)]))
+    with tempfile.TemporaryDirectory() as out:
+        cfg = with_overrides(recipe, [f"run.output_dir={out}"])
+        torch.set_num_threads(args.threads)
+        model_path = args.sft_model or resolve_model_path(cfg.model, out, seed=cfg.run.seed)
+        train, _ = load_from_config(cfg)
+        shard = first_shard(cfg, model_path, train)
+        local = LocalLearner(cfg, model_path)
+        init_ray(cfg)
+        pg = placement_group([{"CPU": cfg.learner.num_cpus}])
+        try:
+            ray.get(pg.ready(), timeout=120)
+            group = LearnerGroup(cfg, model_path, pg, "learner-tax")
+            group.start()
+            here, actor = [], []
+            for _ in range(args.rounds + 1):  # the first round warms both up
+                here.append(local.step(shard))
+                start = time.perf_counter()
+                group.train([shard])
+                actor.append(time.perf_counter() - start)
+            group.shutdown()
+        finally:
+            remove_placement_group(pg)
+            ray.shutdown()
+    here, actor = here[1:], actor[1:]
+    a, b = statistics.median(here), statistics.median(actor)
+    table = [
+        "| where the learner step runs | median s/step | min | max | vs one process |",
+        "| --- | --- | --- | --- | --- |",
+        f"| this process, no Ray | {a:.3f} | {min(here):.3f} | {max(here):.3f} | 1.00x |",
+        f"| learner rank (Ray actor), timed at the driver | {b:.3f} | {min(actor):.3f} | "
+        f"{max(actor):.3f} | {b / a:.2f}x |",
+    ]
+    command = "python benchmarks/learner_tax.py " + " ".join(argv or sys.argv[1:])
+    model = "the warm-started model given" if args.sft_model else "the demo's untrained model"
+    section = (
+        f"{HEADING}\n\n`{command.strip()}` on {cpu_name()}, {os.cpu_count()} cores, "
+        f"{args.threads} torch thread(s) on each side (1-minute load average "
+        f"{os.getloadavg()[0]:.1f} at the end): one learner step of the vs_trl recipe "
+        f"({cfg.algo.prompts_per_step} prompts x {cfg.algo.group_size} completions sampled from "
+        f"{model}, {cfg.algo.epochs} passes of {cfg.algo.mini_batches} mini-batches, reference "
+        f"model on), {args.rounds} rounds after a warm-up, alternating between this process "
+        "and a one-rank `LearnerGroup` so that both see the same machine. The actor's time is "
+        "the driver's `group.train([shard])`: the remote call, the shard's transfer and the "
+        "metrics' return included. (The last row of the vs_trl table times the same step in "
+        "one process after all of its runs, tens of minutes after the pipeline's steps, and "
+        "the speed of this shared machine drifts by more than the difference looked for.)"
+        "\n\n" + "\n".join(table) + "\n"
+    )
+    print("\n".join(table))
+    write_section(HEADING, section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
