@@ -168,8 +168,8 @@ class CollectiveSync:
         deadline = time.monotonic() + self.timeout_s
         pending, results, dead, failure = list(calls), {}, [], None
         while pending:
-            ready, pending = ray.wait(pending, num_returns=1,
-                                      timeout=max(0.0, deadline - time.monotonic()))
+            wait_s = max(0.0, deadline - time.monotonic())
+            ready, pending = ray.wait(pending, num_returns=1, timeout=wait_s)
             if not ready:
                 break
             try:
