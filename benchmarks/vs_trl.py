@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import measure
 from docs_section import DOCS, write_section
-from measure import cpu_name
 from trl_grpo import run_trl
 
 from rlrun.batching import Shard
@@ -265,15 +265,9 @@ def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats:
 
 def machine() -> str:
     import ray
-    import torch
-    import transformers
     import trl
 
-    cpu = cpu_name()
-    return (
-        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, trl {trl.__version__}, ray {ray.__version__}"
-    )
+    return f"{measure.machine()}, trl {trl.__version__}, ray {ray.__version__}"
 
 
 def settings(cfg: Config) -> str:
