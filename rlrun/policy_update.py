@@ -438,24 +438,30 @@ def _autocast(
 @torch.no_grad()
 def _fixed_logprobs(
     model: torch.nn.Module, shard: Shard, cfg: Config, pad_id: int, device: str | torch.device,
-    dtype: torch.dtype | None = None,
-) -> list[list[Tensor]]:
-    """Log-probs of every micro-batch of every update under `model` as it is now, [N, L] each.
+    dtype: torch.dtype | None = None, skip: frozenset[int] = frozenset(),
+) -> dict[int, Tensor]:
+    """Log-probs under `model` as it is now of every distinct sample of `shard` whose `id` is
+    not in `skip`, keyed by `id`, [L] each (its response's length).
 
     Every epoch revisits the same samples, so each distinct sample goes through the model once
-    (in the first epoch's order) and later micro-batches reuse its row.
+    (in the first epoch's order) and later micro-batches take its row (`_stack_rows`).
     """
     share = shares_prompts(model, cfg)
-    distinct = list({id(s): s for update in shard.updates for s in update.samples}.values())
+    distinct = list({id(s): s for update in shard.updates for s in update.samples
+                     if id(s) not in skip}.values())
     rows: dict[int, Tensor] = {}
-    for samples in _micro_batches(distinct, cfg):
+    for samples in _micro_batches(distinct, cfg) if distinct else []:
         batch = _batch(model, samples, share, pad_id, device, dtype)
         with _autocast(model, dtype):
             logp = response_logprobs(model, batch, _temperature(cfg))[0]  # [N, L]
-        for s, row in zip(samples, logp, strict=True):
-            rows[id(s)] = row[: len(s.response_ids)]
-    return [[_stack_rows(rows, mb, device) for mb in _micro_batches(update.samples, cfg)]
-            for update in shard.updates]
+        _keep_rows(rows, samples, logp)
+    return rows
+
+
+def _keep_rows(rows: dict[int, Tensor], samples: list[TrainSample], logp: Tensor) -> None:
+    """Each sample's row of `logp` [N, L], cut to its response, into `rows` by `id`."""
+    for s, row in zip(samples, logp.detach(), strict=True):
+        rows[id(s)] = row[: len(s.response_ids)]
 
 
 def _stack_rows(
@@ -496,10 +502,12 @@ def train_on_shard(
     temperature = _temperature(cfg)
     model.train()
     # pi_old is the policy before this step's first update (every epoch uses it for the ratio).
-    # With a single update it is the policy being differentiated, so the forward pass of the
-    # update itself provides it (detached) and the extra no-grad pass is skipped.
-    single = len(shard.updates) == 1
-    old = None if single else _fixed_logprobs(model, shard, cfg, pad_id, device, compute_dtype)
+    # The first update differentiates that very policy, so its own forward pass gives pi_old
+    # of its samples (detached: bit for bit what a no-grad pass over the same micro-batch
+    # gives) and the no-grad pass covers only the samples it does not hold; with a single
+    # update per batch there is no such pass at all.
+    first = frozenset(id(s) for s in shard.updates[0].samples) if shard.updates else frozenset()
+    old = _fixed_logprobs(model, shard, cfg, pad_id, device, compute_dtype, skip=first)
     ref = None if ref_model is None else _fixed_logprobs(
         ref_model, shard, cfg, pad_id, device, compute_dtype
     )
@@ -520,11 +528,12 @@ def train_on_shard(
                     logp, entropy = response_logprobs(
                         model, batch, temperature, with_entropy=algo.entropy_coef > 0
                     )
-                old_logp = logp.detach() if old is None else old[u][m]
+                if u == 0:
+                    _keep_rows(old, samples, logp)
                 loss, metrics = grpo_loss(
-                    logp, old_logp, batch.advantages, batch.mask, algo, update.norm,
-                    behaviour_logprobs=batch.behaviour_logprobs,
-                    ref_logprobs=ref[u][m] if ref is not None else None,
+                    logp, _stack_rows(old, samples, device), batch.advantages, batch.mask, algo,
+                    update.norm, behaviour_logprobs=batch.behaviour_logprobs,
+                    ref_logprobs=None if ref is None else _stack_rows(ref, samples, device),
                     entropy=entropy,
                 )
                 ddp_loss(loss, world_size).backward()

@@ -104,7 +104,7 @@ def test_single_update_takes_pi_old_from_its_own_forward_pass(tiny_path):
 def test_fixed_logprobs_run_each_sample_once_across_epochs(tiny_path):
     """pi_old (and the reference) go through the model once per distinct sample; every later
     epoch's micro-batches get the same rows a separate forward pass would give them."""
-    from rlrun.policy_update import _fixed_logprobs
+    from rlrun.policy_update import _fixed_logprobs, _stack_rows
 
     cfg = load_config(None, ["algo.epochs=3", "algo.mini_batches=2",
                              "learner.micro_batch_size=2"])
@@ -117,11 +117,50 @@ def test_fixed_logprobs_run_each_sample_once_across_epochs(tiny_path):
     fixed = _fixed_logprobs(model, work, cfg, pad, "cpu")
     hook.remove()
     assert len(calls) == 3  # 6 distinct samples in micro-batches of 2
-    for u, update in enumerate(work.updates):
-        for m, i in enumerate(range(0, len(update.samples), 2)):
+    for update in work.updates:
+        for i in range(0, len(update.samples), 2):
+            samples = update.samples[i : i + 2]
             with torch.no_grad():
-                own, _ = response_logprobs(model, collate(update.samples[i : i + 2], pad), 1.0)
-            torch.testing.assert_close(fixed[u][m], own)
+                own, _ = response_logprobs(model, collate(samples, pad), 1.0)
+            torch.testing.assert_close(_stack_rows(fixed, samples, "cpu"), own)
+
+
+def test_first_update_gives_pi_old_of_its_samples(tiny_path):
+    """The no-grad pi_old pass skips the first update's samples (that update's own forward pass
+    is pi_old for them); the step equals the textbook one, where a no-grad pass over every
+    micro-batch fixes pi_old before any update."""
+    from rlrun.algo import grpo_loss
+
+    cfg = load_config(None, ["learner.lr=1e-2", "algo.epochs=2", "algo.mini_batches=2",
+                             "learner.micro_batch_size=2", "learner.grad_clip=0"])
+    pad = load_tokenizer(tiny_path).pad_token_id
+    work = shard([1.0, -1.0, 0.5, -0.5, 0.25, -0.75, 2.0, -2.0], cfg)
+    model, opt, sched = setup(tiny_path, cfg)
+    rows = []
+    hook = model.register_forward_hook(
+        lambda mod, args, out: rows.append(None) if not torch.is_grad_enabled() else None
+    )
+    train_on_shard(model, opt, sched, work, cfg, pad)
+    hook.remove()
+    assert len(rows) == 2  # the second mini-batch's 4 samples, in micro-batches of 2
+
+    ref, ref_opt, ref_sched = setup(tiny_path, cfg)
+    ref.train()
+    micro = [[collate(u.samples[i : i + 2], pad) for i in range(0, len(u.samples), 2)]
+             for u in work.updates]
+    with torch.no_grad():
+        old = [[response_logprobs(ref, b, 1.0)[0] for b in batches] for batches in micro]
+    for u, update in enumerate(work.updates):
+        ref_opt.zero_grad()
+        for m, batch in enumerate(micro[u]):
+            logp, _ = response_logprobs(ref, batch, temperature=1.0)
+            loss, _ = grpo_loss(logp, old[u][m], batch.advantages, batch.mask, cfg.algo,
+                                update.norm, behaviour_logprobs=batch.behaviour_logprobs)
+            loss.backward()
+        ref_opt.step()
+        ref_sched.step()
+    for (name, a), b in zip(model.state_dict().items(), ref.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
 
 
 def groups_of(prompts: list[list[int]], lengths: list[list[int]]) -> list[batching.TrainSample]:
