@@ -1,5 +1,6 @@
 """The learner group: 1 rank and 2 DDP ranks (gloo) make the same update; a restarted group
-continues from the checkpoint it saved; a dead rank is a `LearnerFailed`, not a hang."""
+continues from the checkpoint it saved; a dead rank is a `LearnerFailed`, not a hang; a busy
+rank still answers `ping`."""
 
 import pytest
 import ray
@@ -120,3 +121,16 @@ def test_a_rank_that_dies_mid_step_is_a_learner_failure(ray_cluster, tmp_path, t
         ray.kill(group.workers[1])
         with pytest.raises(LearnerFailed, match="died during train"):
             group.train(shards(cfg))
+
+
+def test_a_rank_busy_in_a_step_answers_ping(ray_cluster, tmp_path, tiny):
+    """A rank blocked inside a step (here in the gradient all-reduce its peer never joins)
+    answers `ping` on a thread of its own, so the group tells a slow rank from a dead one."""
+    cfg = config(tmp_path, 2)
+    with Learner(cfg, tiny) as group:
+        group.start()
+        busy = group.workers[0].train.remote(shards(cfg)[0])
+        ready, _ = ray.wait([busy], timeout=3)
+        assert not ready  # still in the step
+        assert ray.get(group.workers[0].ping.remote(), timeout=10)
+        assert group._dead() == []
