@@ -3,15 +3,15 @@ in a learner rank, alternated, on this CPU.
 
     python benchmarks/learner_tax.py [--sft-model DIR] [--rounds N] [--threads N]
 
-`benchmarks/vs_trl.py` compares the learner's step inside the pipeline with the same step in one
-process, but measures the two tens of minutes apart, and on a shared machine the speed of the
-CPU drifts by more than the difference looked for. Here both run on one shard of the first
-step's shape (the vs_trl recipe, sampled from the warm-started model), taking turns `--rounds`
-times, each with `--threads` torch threads: in this process (`train_on_shard` on a local copy of
-the policy, AdamW and reference model) and in a `LearnerGroup` of one rank on a local Ray (the
-driver's `group.train([shard])`: the call, the shard's transfer and the metrics' return
-included). Both copies start from the same weights and take the same updates. Prints the table
-and writes it into docs/benchmarks.md under its own heading.
+The measurement behind the last two rows of `benchmarks/vs_trl.py`'s per-step table, without
+its training runs: both sides run one shard of the first step's shape (the vs_trl recipe,
+sampled from the warm-started model), taking turns `--rounds` times, each with `--threads`
+torch threads, in this process (`train_on_shard` on a local copy of the policy, AdamW and
+reference model) and in a `LearnerGroup` of one rank on a local Ray (the driver's
+`group.train([shard])`: the call, the shard's transfer and the metrics' return included).
+Taking turns matters: the speed of a shared machine drifts over minutes by more than the
+difference looked for. Prints the table and writes it into docs/benchmarks.md under its own
+heading.
 """
 
 from __future__ import annotations
@@ -21,11 +21,10 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 from docs_section import write_section
 from measure import cpu_name
-from vs_trl import LocalLearner, bench_config, first_shard, with_overrides
+from vs_trl import alternate_learner_steps, bench_config, with_overrides
 from vs_trl import parse_args as vs_trl_args
 
 HEADING = "## Learner step: in one process vs as a Ray actor"
@@ -42,14 +41,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import ray
     import torch
-    from ray.util.placement_group import placement_group, remove_placement_group
 
-    from actors.learner import LearnerGroup
     from rlrun.data import load_from_config
     from rlrun.models import resolve_model_path
-    from rlrun.training import init_ray
 
     args = parse_args(argv)
     recipe = bench_config(vs_trl_args(["--threads", str(args.threads)]))
@@ -58,25 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
         model_path = args.sft_model or resolve_model_path(cfg.model, out, seed=cfg.run.seed)
         train, _ = load_from_config(cfg)
-        shard = first_shard(cfg, model_path, train)
-        local = LocalLearner(cfg, model_path)
-        init_ray(cfg)
-        pg = placement_group([{"CPU": cfg.learner.num_cpus}])
-        try:
-            ray.get(pg.ready(), timeout=120)
-            group = LearnerGroup(cfg, model_path, pg, "learner-tax")
-            group.start()
-            here, actor = [], []
-            for _ in range(args.rounds + 1):  # the first round warms both up
-                here.append(local.step(shard))
-                start = time.perf_counter()
-                group.train([shard])
-                actor.append(time.perf_counter() - start)
-            group.shutdown()
-        finally:
-            remove_placement_group(pg)
-            ray.shutdown()
-    here, actor = here[1:], actor[1:]
+        here, actor = alternate_learner_steps(cfg, model_path, train, args.rounds)
     a, b = statistics.median(here), statistics.median(actor)
     table = [
         "| where the learner step runs | median s/step | min | max | vs one process |",
@@ -96,9 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         f"model on), {args.rounds} rounds after a warm-up, alternating between this process "
         "and a one-rank `LearnerGroup` so that both see the same machine. The actor's time is "
         "the driver's `group.train([shard])`: the remote call, the shard's transfer and the "
-        "metrics' return included. (The last row of the vs_trl table times the same step in "
-        "one process after all of its runs, tens of minutes after the pipeline's steps, and "
-        "the speed of this shared machine drifts by more than the difference looked for.)"
+        "metrics' return included (the last two rows of the vs_trl table measure the same "
+        "after its training runs)."
         "\n\n" + "\n".join(table) + "\n"
     )
     print("\n".join(table))

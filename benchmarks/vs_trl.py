@@ -222,25 +222,8 @@ class LocalLearner:
         self.ref_model = (load_causal_lm(model_path, cfg.model.dtype).eval()
                           if cfg.algo.kl_coef > 0 else None)
 
-    def old_logprobs(self, shard: Shard) -> float:
-        """Seconds of the no-grad pass that fixes pi_old before the updates."""
-        import torch
-
-        from rlrun.policy_update import collate, response_logprobs
-
-        micro = self.cfg.learner.micro_batch_size
-        temperature = self.cfg.rollout.sampling.temperature or 1.0
-        start = time.perf_counter()
-        with torch.no_grad():
-            for update in shard.updates:
-                for i in range(0, len(update.samples), micro):
-                    batch = collate(update.samples[i : i + micro], self.pad,
-                                    share_prompts=self.share)
-                    response_logprobs(self.model, batch, temperature)
-        return time.perf_counter() - start
-
     def step(self, shard: Shard) -> float:
-        """Seconds of the whole `train_on_shard` (pi_old pass, reference pass, every
+        """Seconds of the whole `train_on_shard` (pi_old and reference passes, every
         micro-batch's forward/backward, optimizer steps)."""
         from rlrun.policy_update import train_on_shard
 
@@ -250,17 +233,45 @@ class LocalLearner:
         return time.perf_counter() - start
 
 
-def learner_compute(cfg: Config, model_path: str, train: list[Problem], repeats: int = 3
-                    ) -> dict[str, float]:
-    """Seconds per step of rlrun's learner step run in this process, without Ray: one batch
-    of the first step's shape (sampled from `model_path`), median of `repeats`."""
+def alternate_learner_steps(cfg: Config, model_path: str, train: list[Problem], rounds: int
+                            ) -> tuple[list[float], list[float]]:
+    """Seconds per learner step in this process (`LocalLearner`, no Ray) and in a one-rank
+    `LearnerGroup` on a local Ray (timed at the driver: the call, the shard's transfer and the
+    metrics' return included), taking turns `rounds` times after one warm-up round each, on one
+    shard of the first step's shape, so that both see the same machine. Both copies start from
+    `model_path` and take the same updates. The driver calls `torch.set_num_threads` beforehand."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from actors.learner import LearnerGroup
+    from rlrun.training import init_ray
+
     shard = first_shard(cfg, model_path, train)
     local = LocalLearner(cfg, model_path)
-    old, step = [], []
-    for _ in range(repeats):
-        old.append(local.old_logprobs(shard))
-        step.append(local.step(shard))
-    return {"old_logprobs": statistics.median(old), "step": statistics.median(step)}
+    init_ray(cfg)
+    here, actor = [], []
+    try:
+        pg = placement_group([{"CPU": cfg.learner.num_cpus}])
+        ray.get(pg.ready(), timeout=120)
+        group = LearnerGroup(cfg, model_path, pg, "learner-step")
+        group.start()
+        for _ in range(rounds + 1):
+            here.append(local.step(shard))
+            start = time.perf_counter()
+            group.train([shard])
+            actor.append(time.perf_counter() - start)
+        group.shutdown()
+        remove_placement_group(pg)
+    finally:
+        ray.shutdown()
+    return here[1:], actor[1:]
+
+
+def batch_steps(step_s: list[float], updates: int) -> list[float]:
+    """Seconds per generation batch from seconds per optimizer step: TRL generates (and runs its
+    pi_old and reference passes) in the first of each batch's `updates` optimizer steps, so a
+    median over optimizer steps would leave all of that out."""
+    return [sum(step_s[i : i + updates]) for i in range(0, len(step_s) - updates + 1, updates)]
 
 
 def machine() -> str:
@@ -319,14 +330,16 @@ def _after(values: list[float]) -> str:
 
 
 def tables(cfg: Config, before: float, trl: Any, trl_after: list[float],
-           runs: list[dict[str, Any]], compute: dict[str, float]) -> tuple[str, str]:
+           runs: list[dict[str, Any]], learner_steps: tuple[list[float], list[float]]
+           ) -> tuple[str, str]:
     """The results table and the per-step breakdown; `trl` and each of `runs` (the rlrun rows,
     each with its `label` and held-out accuracies `after`) hold the totals over the seeds."""
     updates = cfg.algo.mini_batches * cfg.algo.epochs
     step_samples = cfg.algo.prompts_per_step * cfg.algo.group_size
     trl_rate, trl_tok = trl.samples / trl.train_s, trl.tokens / trl.train_s
-    # Per step, so a burst of load from other users of the machine weighs less.
-    trl_med = step_samples / (statistics.median(trl.step_s) * updates)
+    # Per step (a generation batch and its updates, as rlrun's step), so a burst of load from
+    # other users of the machine weighs less. Every TRL run's steps are whole batches.
+    trl_med = step_samples / statistics.median(batch_steps(trl.step_s, updates))
     main = [
         "| trainer | optimizer steps | samples | samples/s (RL phase) | samples/s (median step) "
         "| completion tokens/s | mean completion tokens | RL phase s | wall s | "
@@ -365,10 +378,12 @@ def tables(cfg: Config, before: float, trl: Any, trl_after: list[float],
             f"{r['train'] / m:.3f} | {r['sync'] / m:.3f} | {other / m:.3f} | "
             f"{rl['train_s'] / m:.3f} |"
         )
-    breakdown.append(
-        "| rlrun learner step in one process, no Ray (same batch shape) | | | "
-        f"{compute['step']:.3f} (pi_old pass {compute['old_logprobs']:.3f}) | | | |"
-    )
+    here, actor = (statistics.median(t) for t in learner_steps)
+    breakdown += [
+        f"| rlrun learner step in one process, no Ray (same batch shape) | | | {here:.3f} | | | |",
+        f"| rlrun learner step as the pipeline's learner rank, timed at the driver | | | "
+        f"{actor:.3f} ({actor / here:.2f}x one process) | | | |",
+    ]
     return "\n".join(main), "\n".join(breakdown)
 
 
@@ -426,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         ray.shutdown()
     torch.set_num_threads(torch_threads(cfg.learner.num_threads, cfg.learner.num_cpus))
-    compute = learner_compute(cfg, start, train)
+    learner_steps = alternate_learner_steps(cfg, start, train, rounds=10)
     torch.set_num_threads(threads)
     trl_after = [evaluate(t.model_path, cfg, val) for t in trls]
     runs = [
@@ -440,19 +455,20 @@ def main(argv: list[str] | None = None) -> int:
     trl = merge_trl(trls)
     load = f"{load_start[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
 
-    main_table, breakdown = tables(cfg, before, trl, trl_after, runs, compute)
+    main_table, breakdown = tables(cfg, before, trl, trl_after, runs, learner_steps)
     print(main_table + "\n\n" + breakdown)
     print(f"vs_trl: total {time.perf_counter() - started:.0f}s")
     command = "python benchmarks/vs_trl.py " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
+    updates = cfg.algo.epochs * cfg.algo.mini_batches
     pi_old_note = (
-        "rlrun always runs a no-grad pi_old pass before the update; TRL skips it when each "
-        "generation batch gets exactly one update (as here) and uses the detached log-probs of "
-        "the update itself."
-        if cfg.algo.epochs * cfg.algo.mini_batches == 1 else
-        "Both run a no-grad pi_old pass over each generation batch before its "
-        f"{cfg.algo.epochs * cfg.algo.mini_batches} updates."
+        "With one update per generation batch (as here) neither runs a pi_old pass: both take "
+        "the detached log-probs of the update itself."
+        if updates == 1 else
+        f"Both fix pi_old before each generation batch's {updates} updates: TRL with a no-grad "
+        "pass over the whole batch, rlrun with one over the samples its first update does not "
+        "hold (that update's own forward pass gives pi_old of the rest, bit for bit)."
     )
     seeds_note = (
         f" Each row sums {args.seeds} RL runs from the same warm-started model that differ only "
@@ -482,15 +498,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{cfg.trainer.eval_samples} sampled completions, seed {cfg.run.seed}, same engine "
         "and reward for every model. Samples/s counts training completions over the RL phase "
         "only (the median-step column divides one step's samples by the median step time, "
-        "which weighs bursts of load from other users of the machine less); wall time also "
+        "which weighs bursts of load from other users of the machine less; a step is one "
+        f"generation batch and its {updates} optimizer updates for both, so TRL's is the sum of "
+        f"{updates} consecutive optimizer steps, the first of which generates); wall time also "
         "counts model loading, Ray actors starting and, for rlrun, its "
         "own validation before and after training. Per step, rlrun's train time is from the "
         "driver sending each learner rank its shard to the ranks returning their metrics, and "
         "weight sync is the learner putting its weights and the rollout actors loading them; "
-        "TRL's train time is everything in `trainer.train()` but generation and reward; the "
-        "last row times rlrun's `train_on_shard` alone, in this process with the learner's "
-        "threads, so train minus that row is what running the learner as a Ray actor adds "
-        "(the call and the shard's transfer). "
+        "TRL's train time is everything in `trainer.train()` but generation and reward. The "
+        "last two rows time one learner step of the first step's shape after all runs, 10 "
+        "times each after a warm-up, taking turns so that both see the same machine: rlrun's "
+        "`train_on_shard` in this process with the learner's threads, and the same step in a "
+        "one-rank `LearnerGroup` (the learner the pipeline runs) timed at the driver as the "
+        "train column is, so their ratio is what running the learner as a Ray actor adds (the "
+        "call, the shard's transfer, the metrics' return); medians. "
         f"{pi_old_note}{seeds_note}{variant_note}\n\n"
         f"{main_table}\n\n{breakdown}\n"
     )
