@@ -9,6 +9,9 @@ is one line naming the key, the value and what is allowed.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,6 +319,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "reward.math_extractor": ("strict", "flexible", "boxed", "math_verify"),
     "reward.code_scoring": ("fraction", "all_or_nothing"),
     "trainer.early_stopping.mode": ("max", "min"),
+    "metrics.progress": ("auto", "bar", "off"),
 }
 
 POSITIVE: tuple[str, ...] = (
@@ -325,14 +329,17 @@ POSITIVE: tuple[str, ...] = (
     "sandbox.workers_per_actor", "sandbox.time_limit_s", "sandbox.memory_limit_mb",
     "trainer.steps", "trainer.eval_samples", "algo.is_cap", "sft.batch_size",
     "trainer.keep_checkpoints", "rollout.timeout_s", "learner.timeout_s", "sandbox.timeout_s",
-    "weights.bucket_mb", "weights.timeout_s",
+    "weights.bucket_mb", "weights.timeout_s", "model.tiny.hidden_size", "model.tiny.num_layers",
+    "model.tiny.num_heads", "data.toy_size", "sft.max_steps", "sft.lr", "sft.eval_every",
+    "trainer.early_stopping.patience",
 )
 NON_NEGATIVE: tuple[str, ...] = (
     "algo.max_staleness", "algo.clip_low", "algo.clip_high", "algo.kl_coef",
     "algo.entropy_coef", "learner.lr", "learner.grad_clip", "trainer.eval_every",
     "trainer.checkpoint_every", "rollout.num_gpus", "learner.num_gpus",
     "rollout.sampling.temperature", "rollout.sampling.top_k", "algo.max_topup_rounds",
-    "learner.lora.rank", "learner.lora.dropout",
+    "learner.lora.rank", "learner.lora.dropout", "rollout.num_cpus", "learner.num_cpus",
+    "sandbox.num_cpus", "data.val_size", "trainer.max_bad_steps", "metrics.sample_problems",
 )
 AT_LEAST_ONE_OR_NULL: tuple[str, ...] = ("rollout.num_threads", "learner.num_threads")
 
@@ -406,14 +413,52 @@ def validate(cfg: Config | DictConfig) -> None:
             "algo.is_correction", "none",
             "off-policy training (algo.max_staleness > 0) needs token or sequence IS correction",
         )
+    tiny = cfg.model.tiny
+    if tiny.hidden_size % tiny.num_heads:
+        _fail("model.tiny.num_heads", tiny.num_heads,
+              f"must divide model.tiny.hidden_size={tiny.hidden_size}")
+    if cfg.run.num_cpus is not None and cfg.run.num_cpus < 1:
+        _fail("run.num_cpus", cfg.run.num_cpus, "must be >= 1, or null for every core")
+    if cfg.metrics.health.window < 2:
+        _fail("metrics.health.window", cfg.metrics.health.window,
+              "must be >= 2 (a trend needs two steps)")
+    shaping, limit = cfg.reward.shaping, cfg.rollout.sampling.max_new_tokens
+    if shaping.overlong_buffer is not None and not 0 < shaping.overlong_buffer <= limit:
+        _fail("reward.shaping.overlong_buffer", shaping.overlong_buffer,
+              f"must be in (0, rollout.sampling.max_new_tokens={limit}], or null for off")
+    if shaping.length_limit is not None and shaping.length_limit < 0:
+        _fail("reward.shaping.length_limit", shaping.length_limit, "must be >= 0, or null for off")
+    _validate_early_stopping(cfg)
     _validate_data(cfg)
     _validate_gpu_layout(cfg)
     _validate_precision(cfg)
     for i, rfn in enumerate(cfg.reward.fns):
         if rfn.fn != "builtin" and ":" not in rfn.fn:
-            _fail(f"reward.fns.{i}.fn", rfn.fn, "use builtin or module:function")
+            _fail(f"reward.fns[{i}].fn", rfn.fn, "use builtin or module:function")
     if not cfg.reward.fns:
         _fail("reward.fns", [], "at least one reward function is needed")
+
+
+# What validation logs under val/ (and val/<kind>/ on a mixed set): `rlrun.evaluation`.
+_VAL_METRICS = ("accuracy", "greedy_accuracy", "reward_mean")
+_PROBLEM_KINDS = ("math", "code")
+
+
+def _validate_early_stopping(cfg: Config) -> None:
+    metric = cfg.trainer.early_stopping.metric
+    if metric is None:
+        return
+    names = [*_VAL_METRICS, *(f"pass@{k}" for k in cfg.trainer.eval_k)]
+    parts = metric.split("/")
+    known = parts[0] == "val" and (
+        (len(parts) == 2 and parts[1] in names)
+        or (len(parts) == 3 and parts[1] in _PROBLEM_KINDS and parts[2] in names)
+    )
+    if not known:
+        _fail("trainer.early_stopping.metric", metric,
+              "validation logs " + ", ".join(f"val/{n}" for n in names)
+              + " (and val/math/... or val/code/... on a mixed set); pass@k needs k in "
+              "trainer.eval_k")
 
 
 def _validate_data(cfg: Config) -> None:
@@ -490,6 +535,36 @@ def _validate_precision(cfg: Config) -> None:
         _fail("learner.attention", learner.attention, "flash attention needs learner.num_gpus > 0")
 
 
+def _check_keys(cls: type, value: Any, path: str) -> None:
+    """Fail on the first key of `value` (a recipe's or the overrides' plain container) that the
+    dataclass `cls` does not have, or a section given something other than a mapping, naming
+    the key's whole path (list items by index: reward.fns[0].weight)."""
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"config key {path} is a section of keys (see conf/base.yaml), not {value!r}"
+        )
+    hints = typing.get_type_hints(cls)
+    for key, item in value.items():
+        where = f"{path}.{key}" if path else str(key)
+        if key not in hints:
+            close = difflib.get_close_matches(str(key), list(hints), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            section = path.rsplit("[", 1)[0] if path.endswith("]") else path
+            parent = f"the keys under {section}: in " if path else ""
+            raise ConfigError(
+                f"unknown config key {where}: {hint}check the spelling (see {parent}"
+                "conf/base.yaml)"
+            )
+        kind = hints[key]
+        if dataclasses.is_dataclass(kind):
+            _check_keys(kind, item, where)
+        elif typing.get_origin(kind) is list and isinstance(item, list):
+            (element,) = typing.get_args(kind)
+            if dataclasses.is_dataclass(element):
+                for i, entry in enumerate(item):
+                    _check_keys(element, entry, f"{where}[{i}]")
+
+
 def _schema() -> DictConfig:
     return OmegaConf.structured(Config)
 
@@ -524,6 +599,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                 mark = getattr(err, "problem_mark", None)
                 where = f"{path}:{mark.line + 1}" if mark else str(path)
                 raise ConfigError(f"config file {where} is not valid YAML: {err}") from None
+            if not isinstance(recipe, DictConfig):
+                raise ConfigError(
+                    f"config file {path} must map sections to their keys (run:, algo:, ...), "
+                    f"not hold a {type(recipe).__name__.removesuffix('Config').lower()}"
+                )
+            _check_keys(Config, OmegaConf.to_container(recipe), "")
             merged = OmegaConf.merge(merged, recipe)
         if overrides:
             for item in overrides:
@@ -531,7 +612,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                     raise ConfigError(
                         f"override {item!r} is not key=value (example: algo.group_size=16)"
                     )
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+            dotlist = OmegaConf.from_dotlist(list(overrides))
+            _check_keys(Config, OmegaConf.to_container(dotlist), "")
+            merged = OmegaConf.merge(merged, dotlist)
         OmegaConf.resolve(merged)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except (ValidationError, ConfigKeyError, OmegaConfBaseException) as err:

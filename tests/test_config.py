@@ -58,8 +58,26 @@ def test_overrides_apply_and_interpolate() -> None:
          ["trainer.eval_k", "[1, 4]", "trainer.eval_samples=2"]),
         (["trainer.eval_k=[0]"], ["trainer.eval_k", "1 <= k"]),
         (["sft.math_fraction=1.5"], ["sft.math_fraction", "[0, 1]"]),
-        (["reward.fns=[{fn: not_a_dotpath}]"], ["reward.fns.0.fn", "module:function"]),
+        (["reward.fns=[{fn: not_a_dotpath}]"], ["reward.fns[0].fn", "module:function"]),
         (["bad-override"], ["key=value"]),
+        (["reward.fns=[{fn: builtin}, {fn: builtin, wieght: 2}]"],
+         ["reward.fns[1].wieght", "did you mean weight"]),
+        (["algo.grup_size=3"], ["did you mean group_size"]),
+        (["algo=3"], ["config key algo is a section", "3"]),
+        (["trainer.early_stopping=on"], ["trainer.early_stopping is a section"]),
+        (["learner.num_cpus=-1"], ["learner.num_cpus", ">= 0"]),
+        (["sandbox.num_cpus=-0.5"], ["sandbox.num_cpus", ">= 0"]),
+        (["model.tiny.num_heads=0"], ["model.tiny.num_heads", "> 0"]),
+        (["model.tiny.num_heads=3"], ["model.tiny.num_heads", "divide", "hidden_size=64"]),
+        (["data.val_size=-3"], ["data.val_size", ">= 0"]),
+        (["run.num_cpus=0"], ["run.num_cpus", ">= 1"]),
+        (["metrics.progress=sometimes"], ["metrics.progress", "auto, bar, off"]),
+        (["metrics.health.window=1"], ["metrics.health.window", ">= 2"]),
+        (["trainer.early_stopping.metric=val/acc"], ["trainer.early_stopping.metric",
+                                                     "val/accuracy", "val/pass@1"]),
+        (["trainer.early_stopping.metric=val/pass@4"], ["trainer.eval_k"]),
+        (["reward.shaping.overlong_buffer=512"], ["reward.shaping.overlong_buffer",
+                                                  "max_new_tokens="]),
     ],
 )
 def test_bad_config_fails_with_one_line_naming_the_key(overrides: list[str], names: list[str]):
@@ -78,6 +96,28 @@ def test_missing_and_invalid_recipe_files(tmp_path: Path) -> None:
     broken.write_text("algo:\n  group_size: [1\n")
     with pytest.raises(ConfigError, match="broken.yaml"):
         load_config(broken)
+
+
+def test_recipe_errors_name_the_whole_key_path(tmp_path: Path) -> None:
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- algo\n- rollout\n")
+    with pytest.raises(ConfigError, match=r"list.yaml must map sections .* not hold a list"):
+        load_config(listed)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("reward:\n  fns:\n    - fn: builtin\n      wieght: 1\n")
+    with pytest.raises(ConfigError, match=r"unknown config key reward\.fns\[0\]\.wieght"):
+        load_config(typo)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("algo: 3\n")
+    with pytest.raises(ConfigError, match="config key algo is a section of keys"):
+        load_config(scalar)
+
+
+def test_known_early_stopping_metrics_load() -> None:
+    for metric in ("val/accuracy", "val/pass@4", "val/code/greedy_accuracy", "val/reward_mean"):
+        cfg = load_config(None, [f"trainer.early_stopping.metric={metric}",
+                                 "trainer.eval_k=[1,4]"])
+        assert cfg.trainer.early_stopping.metric == metric
 
 
 def test_split_args_separates_recipe_from_overrides() -> None:

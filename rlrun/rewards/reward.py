@@ -136,22 +136,9 @@ class Reward:
 
 def build_reward(cfg: Config, judge: JudgeFn | None) -> Reward:
     """The reward `cfg.reward` describes; `judge` runs code (None is fine for math-only data)."""
-    shaping = cfg.reward.shaping
-    if shaping.overlong_buffer is not None:
-        max_len = cfg.rollout.sampling.max_new_tokens
-        if not 0 < shaping.overlong_buffer <= max_len:
-            raise ConfigError(
-                f"config key reward.shaping.overlong_buffer={shaping.overlong_buffer} is not "
-                f"allowed: must be in (0, rollout.sampling.max_new_tokens={max_len}]"
-            )
-    if shaping.length_limit is not None and shaping.length_limit < 0:
-        raise ConfigError(
-            f"config key reward.shaping.length_limit={shaping.length_limit} is not allowed: "
-            "must be >= 0 (or null to disable)"
-        )
     terms: list[_Term] = []
     for i, rfn in enumerate(cfg.reward.fns):
-        where = f"reward.fns.{i}"
+        where = f"reward.fns[{i}]"
         if rfn.name in SHAPING_NAMES or rfn.name in (t.name for t in terms):
             raise ConfigError(
                 f"config key {where}.name={rfn.name!r} is not allowed: component names must be "
