@@ -36,10 +36,14 @@ def detect_format(sample: list[Any], source: str) -> str:
         return "plain"
     if "tests" in cols:
         return "leetcode" if any(_has_functional(r.get("tests")) for r in rows) else "codeforces"
-    if {"question", "answer"} <= cols:
-        answers = [r.get("answer") for r in rows]
-        return "gsm8k" if any(isinstance(a, str) and "####" in a for a in answers) else "math"
-    if "problem" in cols and cols & {"answer", "solution"}:
+    for statement, solution in (("question", "answer"), ("problem", "solution")):
+        if {statement, solution} <= cols:
+            texts = [r.get(solution) for r in rows]
+            if any(isinstance(t, str) and "####" in t for t in texts):
+                return "gsm8k"
+    if cols & {"problem", "question"} and cols & {"answer", "solution"}:
+        return "math"
+    if {"query", "response"} <= cols:
         return "math"
     known = "; ".join(f"{name}: {cols_}" for name, cols_ in COLUMNS.items())
     raise DataError(

@@ -7,7 +7,7 @@ import pytest
 
 from rlrun.data import load_problems
 from rlrun.data.adapters import ADAPTERS
-from rlrun.data.adapters.math import last_boxed
+from rlrun.data.adapters.math import final_answer, last_boxed
 from rlrun.data.errors import RowError
 from rlrun.records import CallTest, StdioTest
 
@@ -37,7 +37,7 @@ def test_gsm8k_bad_rows_name_index_and_field(fixtures):
     assert result.total_rows == 7
     assert [b.index for b in result.bad_rows] == [1, 2, 3, 4, 5, 6]
     assert reasons(result) == [
-        "row 1: field 'answer' is missing",
+        "row 1: field 'answer or solution' is missing",
         "row 2: field 'answer' does not end in '#### <answer>'",
         "row 3: gsm8k_bad.jsonl line 4 is not valid JSON (Expecting value)",
         "row 4: is a list, not an object with fields",
@@ -58,7 +58,8 @@ def test_math_boxed_and_answer_columns(fixtures):
     }
     assert by_id(result)["test/prealgebra/1.json"].meta["level"] == "Level 1"
     assert reasons(result) == [
-        "row 4: field 'solution' has no \\boxed{...} answer (and there is no 'answer')",
+        "row 4: field 'solution' states no final answer ('#### n', \\boxed{...} or 'The answer "
+        "is: n') and there is no 'answer'",
         "row 5: field 'problem' is empty",
     ]
 
@@ -75,6 +76,38 @@ def test_math_boxed_and_answer_columns(fixtures):
 )
 def test_last_boxed(solution, expected):
     assert last_boxed(solution) == expected
+
+
+def test_gsm8k_republished_as_problem_solution_loads_every_row(fixtures):
+    result = load_problems(str(fixtures / "gsm8k_problem_solution.jsonl"))
+    assert result.format == "gsm8k" and not result.bad_rows
+    assert [p.answer for p in result.problems] == ["18", "3", "70000"]
+    assert result.problems[0].prompt.startswith("Janet")
+    forced = load_problems(str(fixtures / "gsm8k_problem_solution.jsonl"), fmt="math")
+    assert [p.answer for p in forced.problems] == ["18", "3", "70000"]
+
+
+def test_metamath_query_response_loads_every_row(fixtures):
+    result = load_problems(str(fixtures / "metamath.jsonl"))
+    assert result.format == "math" and not result.bad_rows
+    assert [p.answer for p in result.problems] == ["18", "3", "\\frac{1}{2}"]
+    assert result.problems[0].reference.endswith("The answer is: 18")
+
+
+@pytest.mark.parametrize(
+    ("solution", "expected"),
+    [
+        ("16 - 3 - 4 = 9\n#### 18", "18"),
+        ("so it costs\n#### 1,250", "1250"),
+        ("so $x = \\boxed{\\frac{1}{2}}$", "\\frac{1}{2}"),
+        ("She makes 9 * 2 = 18.\nThe answer is: 18", "18"),
+        ("The answer is: 1,024.", "1024"),
+        ("The answer is 18, or so I think.", None),
+        ("no answer at all", None),
+    ],
+)
+def test_final_answer_from_the_solution(solution, expected):
+    assert final_answer(solution) == expected
 
 
 def test_question_answer_without_marker_is_math(tmp_path):

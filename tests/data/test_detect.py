@@ -38,7 +38,7 @@ def test_unknown_columns_name_them_and_the_override():
         detect_format([{"foo": 1, "bar": 2}], "my.jsonl")
     message = str(err.value)
     assert "my.jsonl" in message and "['bar', 'foo']" in message
-    assert "data.format" in message and "gsm8k: question, answer" in message
+    assert "data.format" in message and "gsm8k: question (or problem), answer" in message
 
 
 def test_no_object_rows():

@@ -21,7 +21,7 @@ def test_fail_stops_at_the_first_bad_row_with_its_reason(fixtures):
     with pytest.raises(DataError) as err:
         load_problems(str(fixtures / "gsm8k_bad.jsonl"), on_bad_row="fail")
     message = str(err.value)
-    assert "gsm8k_bad.jsonl (gsm8k format): row 1: field 'answer' is missing" in message
+    assert "gsm8k_bad.jsonl (gsm8k format): row 1: field 'answer or solution' is missing" in message
     assert "data.on_bad_row=skip" in message
 
 
@@ -102,6 +102,34 @@ def test_rlrun_format_rejects_incomplete_records(tmp_path):
         "row 2: field 'kind' is 'poetry'; use math or code",
     ]
     assert reasons[3].startswith("row 3: field 'row' does not match the Problem record")
+
+
+def test_rlrun_format_checks_the_types_the_judge_reads(tmp_path):
+    """A value of the wrong type is a bad row named by its field at load, not a judge crash
+    during training."""
+    code = {"id": "x", "prompt": "p", "kind": "code"}
+    rows = [
+        code | {"tests": {"stdio": [{"input": "1\n", "output": 2}]}},
+        code | {"tests": {"stdio": [{"input": None, "output": "2"}]}},
+        code | {"tests": {"calls": [{"args": 1, "expected": 2}], "fn_name": "f"}},
+        code | {"tests": {"harness": 42}},
+        code | {"tests": [["1", "2"]]},
+        {"id": "y", "prompt": "p", "kind": "math", "answer": 7},
+        code | {"tests": {"stdio": [{"input": "1\n", "output": "2"}]}},
+    ]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = load_problems(str(path), fmt="rlrun")
+    reasons = [b.reason for b in result.bad_rows]
+    assert reasons[:4] == [
+        "row 0: field 'tests.stdio[0].output' must be text, got int (write it in quotes)",
+        "row 1: field 'tests.stdio[0].input' must be text, got null (write it in quotes)",
+        "row 2: field 'tests.calls[0].args' must be a list of arguments",
+        "row 3: field 'tests.harness' must be text, got int (write it in quotes)",
+    ]
+    assert reasons[4].startswith("row 4: field 'row' does not match the Problem record")
+    assert reasons[5] == "row 5: field 'answer' must be text, got int (write it in quotes)"
+    assert [p.id for p in result.problems] == ["x"]
 
 
 def test_val_carved_off_train_by_seed():

@@ -30,8 +30,9 @@ ADAPTERS: dict[str, Adapter] = {
 
 # The columns each format reads, as users would recognise them from the dataset card.
 COLUMNS: dict[str, str] = {
-    "gsm8k": "question, answer ending in '#### <n>'",
-    "math": "problem (or question), answer or solution with \\boxed{...}",
+    "gsm8k": "question (or problem), answer (or solution) ending in '#### <n>'",
+    "math": "problem (or question, query), answer, or a solution (or response) stating it: "
+            "'#### n', \\boxed{...} or 'The answer is: n'",
     "humaneval": "task_id, prompt, entry_point, test",
     "mbpp": "text (or prompt), test_list, optional code and test_setup_code",
     "leetcode": "problem, tests = {functional: harness text}",
