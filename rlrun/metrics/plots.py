@@ -7,6 +7,7 @@ no sandbox plot and a run without validation has no validation curve.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,15 +67,24 @@ PLOTS: tuple[PlotSpec, ...] = (
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a metrics.jsonl file, in file order."""
-    rows = []
+    """Rows of a JSON-lines log (metrics.jsonl, samples.jsonl), in file order. A last line cut
+    short (the writer was killed mid-line) is left out with a warning; a broken line anywhere
+    else is an error naming it."""
     with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path} line {line_no} is not JSON: {err.msg}") from None
+        text = f.read()
+    lines = text.splitlines()
+    rows = []
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if line_no == len(lines) and not text.endswith("\n"):
+                print(f"warning: {path} line {line_no} was cut short and is left out",
+                      file=sys.stderr)
+                break
+            raise ValueError(f"{path} line {line_no} is not JSON: {err.msg}") from None
     return rows
 
 

@@ -76,9 +76,7 @@ def _final_metrics(rows: list[dict[str, Any]]) -> str:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return read_metrics(path) if path.is_file() else []
 
 
 def _clip(text: Any) -> str:

@@ -38,3 +38,17 @@ def test_validation_on_a_mixed_set_gets_a_plot_per_kind_beside_the_overall_one()
     assert specs["validation_by_kind"].keys(logged) == [
         "val/code/accuracy", "val/math/accuracy", "val/math/greedy_accuracy"
     ]
+
+
+def test_a_last_line_cut_short_is_left_out_and_a_broken_middle_line_is_an_error(
+    tmp_path: Path, capsys
+) -> None:
+    import pytest
+
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 0, "a": 1.0}\n{"step": 1, "a": 2.0}\n{"step": 2, "a"')
+    assert read_metrics(log) == [{"step": 0, "a": 1.0}, {"step": 1, "a": 2.0}]
+    assert "line 3 was cut short" in capsys.readouterr().err
+    log.write_text('{"step": 0, "a": 1.0}\n{"step": 1, "a\n{"step": 2, "a": 3.0}\n')
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        read_metrics(log)
