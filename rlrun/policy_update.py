@@ -56,51 +56,59 @@ def collate(
 ) -> TensorBatch:
     """Pad `samples` into model rows; `share_prompts` packs responses to one prompt into a row.
 
-    `dtype` is the model's (the additive attention mask must match it).
+    `dtype` is the model's (the additive attention mask must match it). Rows are laid out in
+    Python lists and become tensors in one call each: a tensor per sample cost more than the
+    model's forward pass on small models.
     """
-    n = len(samples)
     resp_len = max(max(len(s.response_ids) for s in samples), 1)
-    index = torch.zeros((n, resp_len), dtype=torch.long)  # [N, L]
-    response_ids = torch.full((n, resp_len), pad_id, dtype=torch.long)  # [N, L]
-    mask = torch.zeros((n, resp_len))  # [N, L]
-    behaviour = torch.zeros((n, resp_len))  # [N, L]
-    for i, s in enumerate(samples):
+    response_ids, mask, behaviour = [], [], []
+    for s in samples:
         r = len(s.response_ids)
-        response_ids[i, :r] = torch.tensor(s.response_ids, dtype=torch.long)
-        mask[i, :r] = 1.0
-        behaviour[i, :r] = torch.tensor(s.behaviour_logprobs[:r])
+        response_ids.append(list(s.response_ids) + [pad_id] * (resp_len - r))
+        mask.append([1.0] * r + [0.0] * (resp_len - r))
+        behaviour.append(list(s.behaviour_logprobs[:r]) + [0.0] * (resp_len - r))
     if share_prompts:
-        input_ids, attention, positions, rows = _shared_prompt_rows(samples, pad_id, index, dtype)
+        input_ids, attention, positions, rows, index = _shared_prompt_rows(
+            samples, pad_id, resp_len, dtype
+        )
     else:
-        input_ids, attention, rows = _plain_rows(samples, pad_id, index)
+        input_ids, attention, rows, index = _plain_rows(samples, pad_id, resp_len)
         positions = None
-    advantages = torch.tensor([s.advantage for s in samples])  # [N]
     return TensorBatch(
         input_ids.to(device),
         attention.to(device),
         None if positions is None else positions.to(device),
-        *(t.to(device) for t in (rows, index, response_ids, mask, behaviour, advantages)),
+        rows.to(device),
+        index.to(device),  # [N, L]
+        torch.tensor(response_ids, dtype=torch.long, device=device),  # [N, L]
+        torch.tensor(mask, device=device),  # [N, L]
+        torch.tensor(behaviour, device=device),  # [N, L]
+        torch.tensor([s.advantage for s in samples], device=device),  # [N]
     )
 
 
 def _plain_rows(
-    samples: list[TrainSample], pad_id: int, index: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
+    samples: list[TrainSample], pad_id: int, resp_len: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     seq_len = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
-    input_ids = torch.full((len(samples), seq_len), pad_id, dtype=torch.long)  # [N, T]
-    attention = torch.zeros((len(samples), seq_len), dtype=torch.long)  # [N, T]
-    for i, s in enumerate(samples):
+    input_ids, attention, index = [], [], []
+    for s in samples:
         p, r = len(s.prompt_ids), len(s.response_ids)
-        input_ids[i, : p + r] = torch.tensor(s.prompt_ids + s.response_ids)
-        attention[i, : p + r] = 1
+        input_ids.append(list(s.prompt_ids) + list(s.response_ids) + [pad_id] * (seq_len - p - r))
+        attention.append([1] * (p + r) + [0] * (seq_len - p - r))
         # Logits at position t predict token t+1: response token j sits at p+j, predicted at p+j-1.
-        index[i, :r] = torch.arange(p - 1, p - 1 + r)
-    return input_ids, attention, torch.arange(len(samples))
+        index.append(list(range(p - 1, p - 1 + r)) + [0] * (resp_len - r))
+    return (
+        torch.tensor(input_ids, dtype=torch.long),  # [N, T]
+        torch.tensor(attention, dtype=torch.long),  # [N, T]
+        torch.arange(len(samples)),  # [N]
+        torch.tensor(index, dtype=torch.long),  # [N, L]
+    )
 
 
 def _shared_prompt_rows(
-    samples: list[TrainSample], pad_id: int, index: Tensor, dtype: torch.dtype
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    samples: list[TrainSample], pad_id: int, resp_len: int, dtype: torch.dtype
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     # A row is capped at twice the longest plain sequence, so the dense [T, T] mask stays within
     # a small factor of the plain batch's attention however many responses a prompt has.
     cap = 2 * max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
@@ -120,35 +128,47 @@ def _shared_prompt_rows(
             length += r
         layout.append((prompt, row))
     seq_len = max(len(p) + sum(len(samples[i].response_ids) for i in m) for p, m in layout)
-    input_ids = torch.full((len(layout), seq_len), pad_id, dtype=torch.long)  # [R, T]
-    positions = torch.zeros((len(layout), seq_len), dtype=torch.long)  # [R, T]
-    # Padding positions attend to themselves only, so no softmax row is empty.
-    allowed = torch.eye(seq_len, dtype=torch.bool).repeat(len(layout), 1, 1)  # [R, T, T]
-    rows = torch.zeros(len(samples), dtype=torch.long)  # [N]
+    # Per position: its token, its position id, and its segment (0: the prompt, k: the row's
+    # k-th response, -1: padding), from which the block mask follows.
+    input_ids, positions, segments = [], [], []
+    rows = [0] * len(samples)
+    index = [[0] * resp_len for _ in samples]
     for k, (prompt, members) in enumerate(layout):
         p = len(prompt)
-        input_ids[k, :p] = torch.tensor(prompt)
-        positions[k, :p] = torch.arange(p)
-        allowed[k, :p, :p] = torch.ones(p, p, dtype=torch.bool).tril()
-        start = p
-        for i in members:
+        ids, pos, seg = list(prompt), list(range(p)), [0] * p
+        for n, i in enumerate(members, 1):
             response = samples[i].response_ids
             r = len(response)
             rows[i] = k
             if not r:
                 continue
-            end = start + r
-            input_ids[k, start:end] = torch.tensor(response)
-            positions[k, start:end] = torch.arange(p, p + r)
-            allowed[k, start:end, :p] = True
-            allowed[k, start:end, start:end] = torch.ones(r, r, dtype=torch.bool).tril()
+            start = len(ids)
+            ids += response
+            pos += range(p, p + r)
+            seg += [n] * r
             # Token 0 is predicted by the prompt's last position, token j by response token j-1.
-            index[i, 0] = p - 1
-            index[i, 1:r] = torch.arange(start, end - 1)
-            start = end
+            index[i][:r] = [p - 1, *range(start, start + r - 1)]
+        pad = seq_len - len(ids)
+        input_ids.append(ids + [pad_id] * pad)
+        positions.append(pos + [0] * pad)
+        segments.append(seg + [-1] * pad)
+    segment = torch.tensor(segments)  # [R, T]
+    query, key = segment.unsqueeze(2), segment.unsqueeze(1)  # [R, T, 1], [R, 1, T]
+    causal = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()  # [T, T]
+    # Every response sees the prompt and itself, never another response; padding positions
+    # attend to themselves only, so no softmax row is empty.
+    allowed = (causal & (query >= 0) & ((key == 0) | (key == query))) | torch.eye(
+        seq_len, dtype=torch.bool
+    )  # [R, T, T]
     blocked = torch.finfo(dtype).min
     attention = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, blocked)
-    return input_ids, attention.unsqueeze(1), positions, rows
+    return (
+        torch.tensor(input_ids, dtype=torch.long),  # [R, T]
+        attention.unsqueeze(1),  # [R, 1, T, T]
+        torch.tensor(positions, dtype=torch.long),  # [R, T]
+        torch.tensor(rows, dtype=torch.long),  # [N]
+        torch.tensor(index, dtype=torch.long),  # [N, L]
+    )
 
 
 # One chunk of response positions goes through the vocabulary at a time, sized in elements so
