@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from rlrun.config import ConfigError
+from rlrun.errors import InputError
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("rlrun.commands.train", "run GRPO training (no arguments: the CPU demo)"),
@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     args = cmd_parser.parse_intermixed_args(rest)
     try:
         return int(module.main(args) or 0)
-    except ConfigError as err:
+    except (InputError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
+            PermissionError) as err:
         print(f"rlrun {name}: {err}", file=sys.stderr)
         return 2
 

@@ -20,8 +20,10 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from rlrun.errors import InputError
 
-class ConfigError(ValueError):
+
+class ConfigError(InputError):
     """A configuration a run cannot start with."""
 
 
@@ -597,8 +599,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                 recipe = OmegaConf.load(p)
             except yaml.YAMLError as err:
                 mark = getattr(err, "problem_mark", None)
-                where = f"{path}:{mark.line + 1}" if mark else str(path)
-                raise ConfigError(f"config file {where} is not valid YAML: {err}") from None
+                where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+                problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+                raise ConfigError(f"config file {where} is not valid YAML: {problem}") from None
             if not isinstance(recipe, DictConfig):
                 raise ConfigError(
                     f"config file {path} must map sections to their keys (run:, algo:, ...), "

@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 import torch
 
 from rlrun.config import ModelConfig
+from rlrun.errors import InputError
 
 TINY = "tiny"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -35,7 +36,7 @@ _TINY_FORMAT = 1
 _TINY_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(InputError):
     """A model or tokenizer named in the config cannot be loaded."""
 
 

@@ -100,13 +100,17 @@ def _inspect(args: argparse.Namespace) -> int:
 def _convert(args: argparse.Namespace) -> int:
     if not args.out:
         raise DataError("rlrun data convert needs --out OUT.jsonl")
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    try:  # before reading the dataset, which may take long
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.touch()
+    except OSError as err:
+        raise DataError(f"cannot write --out {out}: {err.strerror}") from None
     result = load_problems(
         args.source, fmt=args.format, on_bad_row=args.on_bad_row, limit=args.limit,
         split=args.split, subset=args.subset, toy_size=args.toy_size, seed=args.seed,
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
         for problem in result.problems:
             f.write(json.dumps(problem.to_dict(), ensure_ascii=False) + "\n")

@@ -251,6 +251,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlrun judge: cannot read {args.input}: {err}", file=sys.stderr)
         return 2
 
+    # Opened before judging, so an output that cannot be written fails first, not last.
+    try:
+        out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
+    except OSError as err:
+        print(f"rlrun judge: cannot write --out {args.out}: {err.strerror}", file=sys.stderr)
+        return 2
     records: list[dict[str, Any] | None] = []
     subs: list[Submission] = []
     where: list[int] = []
@@ -272,7 +278,6 @@ def main(args: argparse.Namespace) -> int:
     for pos, res in zip(where, results, strict=True):
         records[pos] = res.to_dict()
 
-    out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")
     try:
         for rec in records:
             out.write(json.dumps(rec) + "\n")

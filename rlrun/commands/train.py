@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from rlrun.config import load_config
@@ -30,11 +31,13 @@ def _demo_path() -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from ray.exceptions import RayError
+
+    from actors.pool import first_line
     from rlrun.cluster import ClusterError
-    from rlrun.data import DataError
-    from rlrun.models import ModelLoadError
+    from rlrun.errors import InputError
     from rlrun.rewards import RewardError
-    from rlrun.training import run_training
+    from rlrun.training import run_dir_for, run_training
 
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config and not os.path.isfile(config):
@@ -42,7 +45,19 @@ def main(args: argparse.Namespace) -> int:
     cfg = load_config(config or _demo_path(), overrides)
     try:
         run_training(cfg)
-    except (ClusterError, DataError, ModelLoadError, RewardError) as err:
+    except (ClusterError, InputError, RewardError) as err:
         print(f"rlrun train: {err}", file=sys.stderr)
         return 2
+    except (RayError, RuntimeError) as err:
+        # A fault inside an actor, or one the driver gave up on: its own first line here (not
+        # Ray's wrapper and the remote traceback), the whole traceback in train.log.
+        log = Path(run_dir_for(cfg), "train.log")
+        where = ""
+        if log.parent.is_dir():
+            with open(log, "a", encoding="utf-8") as f:
+                traceback.print_exception(err, file=f)
+            where = f" (traceback in {log})"
+        print(f"rlrun train: {first_line(err)}{where}", file=sys.stderr)
+        cause = getattr(err, "cause", None)
+        return 2 if isinstance(cause, ClusterError | InputError | RewardError) else 1
     return 0

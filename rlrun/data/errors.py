@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlrun.errors import InputError
 
-class DataError(ValueError):
+
+class DataError(InputError):
     """A dataset (or one of its rows) that a run cannot use."""
 
 
