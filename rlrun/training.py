@@ -131,6 +131,21 @@ def release(groups: dict[str, Any]) -> None:
         remove_placement_group(group)
 
 
+def check_output_dir(cfg: Config) -> None:
+    """The run directory can be written to: found now, not after Ray and the warm-start."""
+    run_dir = Path(run_dir_for(cfg))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".write-check-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(
+            f"run.output_dir={cfg.run.output_dir!r}: cannot write to {run_dir} "
+            f"({err.strerror}); choose a directory this user can write"
+        ) from None
+
+
 def audit_rewards(cfg: Config, train: list, needs_sandbox: bool) -> None:
     """`reward.audit_before_training`: the reward must pass the data's own references."""
     from rlrun.rewards.audit import audit_before_training
@@ -188,6 +203,8 @@ def run_training(cfg: Config) -> dict[str, Any]:
             f"run.output_dir={cfg.run.output_dir!r} already holds checkpoints of an earlier "
             "run: set run.resume=true to continue it, or choose another run.output_dir / run.name"
         )
+    check_output_dir(cfg)
+    build_reward(cfg, None)  # imports the reward plug-ins and checks their signatures
     train, val = load_from_config(cfg)
     model_path = resolve_model_path(cfg.model, model_cache_dir(), cfg.run.seed)
     needs_sandbox = any(p.kind == "code" for p in train + val)
@@ -238,6 +255,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
                 rollouts.wake_up(["kv_cache"])
             return metrics
 
+        logger.rewind(state.step)  # resumed: the steps after the checkpoint are logged anew
         if state.step:  # resumed: the rollout actors start from the restored weights
             sync(state.version)
         reward = build_reward(cfg, sandbox.judge if sandbox else None)
@@ -269,7 +287,9 @@ def run_training(cfg: Config) -> dict[str, Any]:
         val_first: dict[str, float] = {}
         val_last: dict[str, float] = {}
         last: dict[str, float] = {}
-        trained, loop_s, failures, steps_run, saved = 0.0, 0.0, 0, 0, True
+        # Samples trained per step: a step redone after a learner restart counts once.
+        trained: dict[int, float] = {}
+        loop_s, failures, steps_run, saved = 0.0, 0, 0, True
         halt = False  # early stopping, the health monitor or too many bad steps said stop
         prefetch: Future | None = None
 
@@ -335,6 +355,8 @@ def run_training(cfg: Config) -> dict[str, Any]:
                     prefetch = None
                 state, saved = learner.restart(), True
                 order.position = state.data_position
+                logger.rewind(state.step)
+                trained = {k: v for k, v in trained.items() if k < state.step}
                 sync(state.version)
                 continue
             # 7. log.
@@ -347,7 +369,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
                 halt = True
                 metrics["train/stopped_bad_steps"] = float(done.bad_steps)
             metrics |= pending
-            trained += metrics["train/samples"]
+            trained[state.step] = metrics["train/samples"]
             logger.log(state.step, metrics)
             logger.log_samples(state.step, step.sample_rows(batch.groups, prompts))
             for warning in health.check(state.step, metrics):
@@ -386,7 +408,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
         "stopped_by_signal": signalled.is_set(),
         "wall_s": round(time.time() - started, 1),
         # Trained samples per second of the step loop (validation inside it included).
-        "samples_per_s": trained / loop_s if loop_s > 0 else 0.0,
+        "samples_per_s": sum(trained.values()) / loop_s if loop_s > 0 else 0.0,
         "final": last,
         "val_initial": val_first,
         "val_final": val_last,

@@ -122,10 +122,28 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _step_of(line: str) -> int | None:
+    """The step of a JSON-lines row; None for a line cut short by a killed writer."""
+    try:
+        return int(json.loads(line)["step"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _keep_rows_before(path: Path, step: int) -> None:
+    """Rewrite the JSON-lines file `path` with only its rows of steps before `step`."""
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if (s := _step_of(line)) is not None and s < step]
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_text("".join(kept), encoding="utf-8")
+    scratch.replace(path)
+
+
 class _TensorBoard:
     def __init__(self, log_dir: Path, config_yaml: str | None) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
+        self.log_dir = log_dir
         self.writer = SummaryWriter(log_dir=str(log_dir))
         if config_yaml is not None:
             # Indented so TensorBoard's markdown renders it as a code block.
@@ -135,6 +153,13 @@ class _TensorBoard:
         for k, v in metrics.items():
             self.writer.add_scalar(k, v, step)
         self.writer.flush()
+
+    def rewind(self, step: int) -> None:
+        """TensorBoard hides the events of `step` and later written before this."""
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer.close()
+        self.writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=step)
 
     def close(self) -> None:
         self.writer.close()
@@ -234,6 +259,22 @@ class MetricsLogger:
             if "reward/mean" in clean:
                 self._bar.set_postfix(reward=_fmt(clean["reward/mean"]), refresh=False)
             self._bar.update(max(step + 1 - self._bar.n, 0))
+
+    def rewind(self, step: int) -> None:
+        """Forget what was logged for `step` and later: a resumed run, or one whose learner
+        restarted from a checkpoint, trains those steps again and logs them anew, so that each
+        step is in the logs once. metrics.jsonl and samples.jsonl are rewritten without those
+        rows, TensorBoard hides them; train.log keeps its lines (it is the run's history), and
+        MLflow and W&B keep what they were sent."""
+        self._metrics.close()
+        self._samples.close()
+        for name in ("metrics.jsonl", "samples.jsonl"):
+            _keep_rows_before(self.run_dir / name, step)
+        self._metrics = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
+        self._samples = open(self.run_dir / "samples.jsonl", "a", encoding="utf-8")
+        for sink in self._sinks:
+            if isinstance(sink, _TensorBoard):
+                sink.rewind(step)
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         """Append completions with their rewards to samples.jsonl, keeping every completion of

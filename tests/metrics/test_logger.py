@@ -125,3 +125,31 @@ def test_missing_optional_sink_package_names_the_key_and_the_fix(
 def test_unknown_progress_mode_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="metrics.progress"):
         MetricsLogger(MetricsConfig(tensorboard=False, progress="fancy"), str(tmp_path))
+
+
+def test_rewind_leaves_each_step_in_the_logs_once(tmp_path: Path) -> None:
+    """A run resumed (or restarted) from the checkpoint of step 2 logs steps 2 and 3 again:
+    metrics.jsonl, samples.jsonl and TensorBoard end up with each step once, the new value."""
+    cfg = MetricsConfig(console=False, progress="off", sample_problems=0)
+
+    def run(logger: MetricsLogger, steps: range, value: float) -> None:
+        for s in steps:
+            logger.log(s, {"reward/mean": value + s})
+            logger.log_samples(s, [{"problem_id": "p", "prompt": "q", "response": "r",
+                                    "reward": value, "components": {}}])
+
+    with MetricsLogger(cfg, str(tmp_path)) as logger:
+        run(logger, range(5), 0.0)
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 5, "rew')  # the writer was killed mid-line
+    with MetricsLogger(cfg, str(tmp_path)) as logger:
+        logger.rewind(2)
+        run(logger, range(2, 4), 10.0)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["reward/mean"]) for r in rows] == [(0, 0), (1, 1), (2, 12), (3, 13)]
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["reward"]) for r in samples] == [(0, 0), (1, 0), (2, 10), (3, 10)]
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("reward/mean")] == [
+        (0, 0), (1, 1), (2, 12), (3, 13)]
