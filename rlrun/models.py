@@ -211,10 +211,26 @@ def check_loadable(path: str, tokenizer: str | None = None) -> None:
                 f"model.path={path!r}: {local} has a config but no weights (*.safetensors or "
                 "pytorch_model*.bin)"
             )
+        _check_safetensors(path, local)
     if tokenizer:
         _from_pretrained(AutoTokenizer, tokenizer, "model.tokenizer", "tokenizer")
     else:
         _from_pretrained(AutoTokenizer, path, "model.path", "tokenizer")
+
+
+def _check_safetensors(path: str, local: Path) -> None:
+    """Every *.safetensors file's header and size, read without loading a tensor: a truncated
+    or corrupt file fails here, before any actor starts, not in every actor that loads it."""
+    from safetensors import SafetensorError, safe_open
+
+    for file in sorted(local.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                f.keys()
+        except (SafetensorError, OSError, ValueError) as err:
+            raise ModelLoadError(
+                f"model.path={path!r}: weights file {file.name} is unreadable ({_first_line(err)})"
+            ) from None
 
 
 def load_tokenizer(path: str) -> Any:

@@ -120,6 +120,21 @@ def test_config_without_weights(tmp_path: Path) -> None:
         resolve_model_path(ModelConfig(path=str(bare)), str(tmp_path))
 
 
+@pytest.mark.parametrize("keep", [0.5, 0.0])
+def test_truncated_weights_fail_before_anything_loads_them(tmp_path: Path, keep: float) -> None:
+    """A weights file cut short (a full disk, an interrupted copy) is caught by the check that
+    runs before Ray, not by every actor that later loads it."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny(tmp_path / "cache"), copy)
+    weights = copy / "model.safetensors"
+    with weights.open("r+b") as f:
+        f.truncate(int(weights.stat().st_size * keep))
+    with pytest.raises(ModelLoadError, match="weights file model.safetensors is unreadable"):
+        resolve_model_path(ModelConfig(path=str(copy)), str(tmp_path))
+
+
 def test_missing_tokenizer_names_model_tokenizer(tmp_path: Path) -> None:
     path = tiny(tmp_path)
     with pytest.raises(ModelLoadError, match=r"model.tokenizer='/no/such/tok'.*does not exist"):

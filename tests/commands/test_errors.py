@@ -24,13 +24,18 @@ def bad(tmp_path: Path) -> dict[str, str]:
     (run / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1, "a\n{"step": 2}\n')
     return {"<yaml>": str(yaml), "<jsonl>": str(jsonl), "<run>": str(run),
             "<under a file>": str(tmp_path / "file" / "out.jsonl"),
-            "<out>": str(tmp_path / "out.jsonl")}
+            "<out>": str(tmp_path / "out.jsonl"),
+            "run.output_dir=<dir>": f"run.output_dir={tmp_path / 'run-out'}",
+            "run.output_dir=<under a file>": f"run.output_dir={tmp_path / 'file' / 'run'}"}
 
 
 CASES = {
     "train missing": ["train", f"{MISSING}.yaml"],
     "train malformed": ["train", "<yaml>"],
     "train unknown key": ["train", "algo.grup_size=3"],
+    "train unwritable output": ["train", "conf/demo.yaml", "run.output_dir=<under a file>"],
+    "train plug-in that does not import": ["train", "conf/demo.yaml", "run.output_dir=<dir>",
+                                           "reward.fns=[{fn: 'no_such_module:reward'}]"],
     "sft missing": ["sft", f"{MISSING}.yaml"],
     "sft malformed": ["sft", "<yaml>"],
     "sft unknown key": ["sft", "sft.stepz=3"],
