@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrun.checkpoint import TrainState, has_checkpoints, join, latest_checkpoint
-from rlrun.cluster import ClusterError, check_address, check_fits, demands
+from rlrun.cluster import ClusterError, Demand, check_address, check_fits, demands
 from rlrun.config import Config, ConfigError, to_dict
 
 PLACEMENT_TIMEOUT_S = 30.0
@@ -90,6 +90,19 @@ def check_memory(cfg: Config) -> None:
         raise ConfigError(f"{problems[0]} (rlrun plan shows every role)")
 
 
+def check_cluster(cfg: Config, roles: list[str]) -> list[Demand]:
+    """The demands of the actor groups in `roles`, checked against the cluster's totals and
+    its largest node (`ClusterError` naming the keys otherwise)."""
+    import ray
+
+    colocated = cfg.placement.mode == "colocated"
+    wanted = [d for d in demands(cfg, "sandbox" in roles)
+              if d.role in roles or (colocated and d.role == "colocated")]
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    check_fits(wanted, ray.cluster_resources(), nodes)
+    return wanted
+
+
 def place(cfg: Config, roles: list[str], prefix: str) -> dict[str, Any]:
     """One ready placement group per actor group in `roles` ({role: group}), bundle i for
     actor i of the group."""
@@ -97,10 +110,7 @@ def place(cfg: Config, roles: list[str], prefix: str) -> dict[str, Any]:
     from ray.util.placement_group import placement_group, remove_placement_group
 
     colocated = cfg.placement.mode == "colocated"
-    wanted = [d for d in demands(cfg, "sandbox" in roles)
-              if d.role in roles or (colocated and d.role == "colocated")]
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    check_fits(wanted, ray.cluster_resources(), nodes)
+    wanted = check_cluster(cfg, roles)
     groups: dict[str, Any] = {}
     for d in wanted:
         # Sandbox actors spread over nodes; the rest pack, to keep their traffic local.
@@ -211,8 +221,11 @@ def run_training(cfg: Config) -> dict[str, Any]:
     if cfg.reward.audit_before_training and not cfg.run.resume:
         audit_rewards(cfg, train, needs_sandbox)
 
-    # 2. Ray, then the optional supervised warm-start: RL starts from its result.
+    # 2. Ray, whether the actor groups fit it (before a warm-start that can take hours), then
+    # the optional supervised warm-start: RL starts from its result.
+    roles = ["rollout", "learner"] + (["sandbox"] if needs_sandbox else [])
     init_ray(cfg)
+    check_cluster(cfg, roles)
     if cfg.sft.enabled:
         model_path = warm_start(cfg, model_path, train, val)
     tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
@@ -226,7 +239,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
     # checked against the cluster first.
     check_memory(cfg)
     prefix = f"{cfg.run.name}-{uuid.uuid4().hex[:6]}"
-    groups = place(cfg, ["rollout", "learner"] + (["sandbox"] if needs_sandbox else []), prefix)
+    groups = place(cfg, roles, prefix)
     rollouts = sandbox = learner = None
     executor = ThreadPoolExecutor(1, thread_name_prefix="rollout")
     run_dir = run_dir_for(cfg)

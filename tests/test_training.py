@@ -105,6 +105,15 @@ def test_more_cpus_than_the_cluster_has_fails_at_once(ray_cluster, tmp_path):
         run_training(cfg)
 
 
+def test_a_rank_larger_than_any_node_fails_before_the_warm_start(ray_cluster, tmp_path):
+    """Found before the SFT warm-start (hours on a real model), which would otherwise wait
+    forever for a worker of that size."""
+    cfg = load_config(None, small_overrides(tmp_path) + ["learner.num_cpus=3", "sft.enabled=true"])
+    with pytest.raises(ClusterError, match=r"learner.num_cpus=3.* cluster has 2"):
+        run_training(cfg)
+    assert not (tmp_path / "sft").exists()
+
+
 def test_an_unreachable_ray_address_fails_with_the_config_key(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
