@@ -30,7 +30,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayError
+from ray.exceptions import (
+    ActorDiedError,
+    ActorUnavailableError,
+    GetTimeoutError,
+    RayActorError,
+    RayError,
+)
+
+# How long a replacement actor may take to start: a Ray worker process and a model load, which
+# for a vLLM engine on a large model takes minutes.
+ACTOR_START_TIMEOUT_S = 1800.0
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +288,18 @@ class ActorPool:
                 return
             ray.kill(slot.actor, no_restart=True)
             name = f"{self.prefix}-{index}.{incarnation + 1}"
-            fresh = _Slot(name, self._start(index, name), incarnation + 1, done=slot.done)
+            actor = self._start(index, name)
+            # Started before any call is sent, so the replacement's start-up (a process, a model
+            # load) is not charged to the deadline of its first call: with a deadline shorter
+            # than the start-up, every replacement would be replaced in turn.
+            try:
+                ray.get(actor.__ray_ready__.remote(), timeout=ACTOR_START_TIMEOUT_S)
+            except (RayError, GetTimeoutError) as err:
+                raise PoolError(
+                    f"{self.role} actor {name}, a replacement, did not start within "
+                    f"{ACTOR_START_TIMEOUT_S:g}s: {first_line(err)}"
+                ) from None
+            fresh = _Slot(name, actor, incarnation + 1, done=slot.done)
             if self.on_restart is not None:
                 # Queued before any work, so the replacement serves nothing before it.
                 self.on_restart(fresh.actor)
@@ -292,7 +313,7 @@ class ActorPool:
                 refs = [close(slot.actor) for slot in self._slots]
                 try:
                     ray.get(refs, timeout=min(self.timeout_s, 30.0))
-                except (RayError, ray.exceptions.GetTimeoutError):
+                except (RayError, GetTimeoutError):
                     pass  # a dead or stuck actor has nothing left to close
             for slot in self._slots:
                 ray.kill(slot.actor, no_restart=True)
