@@ -25,6 +25,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -233,6 +234,33 @@ def has_checkpoints(output_dir: str) -> bool:
 
 
 def latest_checkpoint(output_dir: str) -> str | None:
-    """The newest complete checkpoint under `output_dir` (a local path or URI), or None."""
+    """The newest complete checkpoint under `output_dir` (a local path or URI), or None.
+
+    Recorded but broken (its state.json empty or cut short, as a full disk leaves it on a file
+    system that reports the failed write late): the one recorded before it, with a warning.
+    """
     names = _read_record(output_dir)
-    return join(output_dir, LEARNER_DIR, names[-1]) if names else None
+    for name in reversed(names):
+        path = join(output_dir, LEARNER_DIR, name)
+        if not _state_broken(path):
+            return path
+        print(f"warning: checkpoint {path} has no readable state.json; using an older one",
+              file=sys.stderr)
+    return None
+
+
+def _state_broken(path: str) -> bool:
+    """Whether the checkpoint at `path` holds a state.json that does not parse into a
+    TrainState (a directory holding only an exported model has none, and is not broken)."""
+    import pyarrow.fs
+
+    fs, root = _fs(join(path, "state.json"))
+    if fs.get_file_info(root).type != pyarrow.fs.FileType.File:
+        return False
+    with fs.open_input_stream(root) as f:
+        text = f.read().decode(errors="replace")
+    try:
+        TrainState(**json.loads(text)["state"])
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return True
+    return False

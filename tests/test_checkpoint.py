@@ -82,6 +82,25 @@ def test_only_recorded_checkpoints_count_and_old_ones_go(tiny_path, tmp_path):
     assert record == {"checkpoints": ["step_000010"]}
 
 
+def test_a_recorded_checkpoint_with_a_broken_state_is_passed_over(tiny_path, tmp_path, capsys):
+    """A full disk that the file system reports late leaves a recorded checkpoint with an empty
+    or cut-short state.json: resume and `rlrun eval RUN` take the one before it."""
+    out = str(tmp_path)
+    model, opt, sched = trained(tiny_path)
+    tok = load_tokenizer(tiny_path)
+    for step in (4, 6):
+        d = tmp_path / checkpoint.LEARNER_DIR / checkpoint.checkpoint_dir_name(step)
+        save(d, model, opt, sched, checkpoint.TrainState(step=step), tok)
+        checkpoint.record(out, step, keep=2)
+    newest = tmp_path / "learner" / "step_000006" / "state.json"
+    for broken in ("", newest.read_text()[:20]):
+        newest.write_text(broken)
+        assert checkpoint.latest_checkpoint(out) == str(tmp_path / "learner" / "step_000004")
+        assert "step_000006 has no readable state.json" in capsys.readouterr().err
+    (tmp_path / "learner" / "step_000004" / "state.json").write_text("")
+    assert checkpoint.latest_checkpoint(out) is None
+
+
 def test_uri_and_local_paths_join_the_same_way():
     assert checkpoint.join("s3://bucket/run/", "learner", "step_000001") == (
         "s3://bucket/run/learner/step_000001"
