@@ -130,13 +130,17 @@ def _step_of(line: str) -> int | None:
         return None
 
 
-def _keep_rows_before(path: Path, step: int) -> None:
-    """Rewrite the JSON-lines file `path` with only its rows of steps before `step`."""
+def _keep_rows_before(path: Path, step: int) -> bool:
+    """Rewrite the JSON-lines file `path` with only its rows of steps before `step`; whether
+    any row went (if none, the file is left as it is)."""
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     kept = [line for line in lines if (s := _step_of(line)) is not None and s < step]
+    if len(kept) == len(lines):
+        return False
     scratch = path.with_name(path.name + ".tmp")
     scratch.write_text("".join(kept), encoding="utf-8")
     scratch.replace(path)
+    return True
 
 
 class _TensorBoard:
@@ -268,12 +272,13 @@ class MetricsLogger:
         MLflow and W&B keep what they were sent."""
         self._metrics.close()
         self._samples.close()
-        for name in ("metrics.jsonl", "samples.jsonl"):
-            _keep_rows_before(self.run_dir / name, step)
+        logged = _keep_rows_before(self.run_dir / "metrics.jsonl", step)
+        _keep_rows_before(self.run_dir / "samples.jsonl", step)
         self._metrics = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
         self._samples = open(self.run_dir / "samples.jsonl", "a", encoding="utf-8")
+        # A fresh run has nothing to hide: no second TensorBoard writer (and events file).
         for sink in self._sinks:
-            if isinstance(sink, _TensorBoard):
+            if logged and isinstance(sink, _TensorBoard):
                 sink.rewind(step)
 
     def log_samples(self, step: int, rows: list[dict[str, Any]]) -> None:

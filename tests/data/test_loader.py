@@ -85,6 +85,13 @@ def test_converted_records_round_trip(fixtures, tmp_path, name):
     assert [Problem.from_dict(p.to_dict()) for p in original] == original
 
 
+def load_native(tmp_path, rows: list[dict]):
+    """`rows` written as a JSON-lines file in the rlrun format and loaded."""
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return load_problems(str(path), fmt="rlrun")
+
+
 def test_rlrun_format_rejects_incomplete_records(tmp_path):
     rows = [
         {"id": "a", "prompt": "p", "kind": "math"},
@@ -92,9 +99,7 @@ def test_rlrun_format_rejects_incomplete_records(tmp_path):
         {"id": "c", "prompt": "p", "kind": "poetry"},
         {"id": "d", "prompt": "p", "kind": "math", "answer": "1", "colour": "red"},
     ]
-    path = tmp_path / "r.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = load_problems(str(path), fmt="rlrun")
+    result = load_native(tmp_path, rows)
     reasons = [b.reason for b in result.bad_rows]
     assert reasons[:3] == [
         "row 0: field 'answer' is missing (a math problem needs its gold answer)",
@@ -117,9 +122,7 @@ def test_rlrun_format_checks_the_types_the_judge_reads(tmp_path):
         {"id": "y", "prompt": "p", "kind": "math", "answer": 7},
         code | {"tests": {"stdio": [{"input": "1\n", "output": "2"}]}},
     ]
-    path = tmp_path / "r.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = load_problems(str(path), fmt="rlrun")
+    result = load_native(tmp_path, rows)
     reasons = [b.reason for b in result.bad_rows]
     assert reasons[:4] == [
         "row 0: field 'tests.stdio[0].output' must be text, got int (write it in quotes)",
