@@ -38,6 +38,8 @@ from ray.exceptions import (
     RayError,
 )
 
+from actors.stacks import actor_stack
+
 # How long a replacement actor may take to start: a Ray worker process and a model load, which
 # for a vLLM engine on a large model takes minutes.
 ACTOR_START_TIMEOUT_S = 1800.0
@@ -181,6 +183,7 @@ class ActorPool:
                     del request.pending[ref]
                     self._release(chunk)
                     slot = self._slots[chunk.slot]
+                    self._log_stall(slot, request.what)
                     self.replace(chunk.slot, chunk.incarnation)
                     done = self._retry(request, chunk, (
                         f"{self.role} actor {slot.name} did not finish {request.what} within "
@@ -208,11 +211,17 @@ class ActorPool:
                             self._slots[calls[ref][0]].name, what, first_line(err))
                 self.replace(*calls[ref])
         for ref in late:
-            log.warning("%s actor %s did not finish %s within %gs (%s): replacing it", self.role,
-                        self._slots[calls[ref][0]].name, what, self.timeout_s, self.timeout_key)
+            self._log_stall(self._slots[calls[ref][0]], what)
             self.replace(*calls[ref])
 
     # ------------------------------------------------------------------ internals
+
+    def _log_stall(self, slot: _Slot, what: str) -> None:
+        """One line naming the actor that missed its deadline, then its stack, before it is
+        killed."""
+        log.warning("%s actor %s made no progress for %gs in %s (%s): replacing it; its "
+                    "stack:\n%s", self.role, slot.name, self.timeout_s, what, self.timeout_key,
+                    actor_stack(slot.actor))
 
     def _send(self, request: Request, chunk: Chunk) -> None:
         with self._lock:

@@ -218,6 +218,7 @@ class ShapingConfig:
 class RewardConfig:
     math_extractor: str = "strict"  # strict (last '#### n') | flexible (last number) | boxed | math_verify
     math_timeout_s: float = 5.0  # per-answer timeout of LaTeX verification
+    timeout_s: float = 300.0  # deadline of one reward plug-in call on a batch (and of its import); past it the run stops with a checkpoint
     code_scoring: str = "fraction"  # fraction (of tests passed) | all_or_nothing
     no_code_reward: float = 0.0  # reward when no code block is found (CodeFu: -1)
     compile_error_reward: float = 0.0  # reward on a compile error (CodeFu: -0.5)
@@ -331,7 +332,7 @@ POSITIVE: tuple[str, ...] = (
     "sandbox.workers_per_actor", "sandbox.time_limit_s", "sandbox.memory_limit_mb",
     "trainer.steps", "trainer.eval_samples", "algo.is_cap", "sft.batch_size",
     "trainer.keep_checkpoints", "rollout.timeout_s", "learner.timeout_s", "sandbox.timeout_s",
-    "weights.bucket_mb", "weights.timeout_s", "model.tiny.hidden_size", "model.tiny.num_layers",
+    "weights.bucket_mb", "weights.timeout_s", "reward.timeout_s", "model.tiny.hidden_size", "model.tiny.num_layers",
     "model.tiny.num_heads", "data.toy_size", "sft.max_steps", "sft.lr", "sft.eval_every",
     "trainer.early_stopping.patience",
 )

@@ -203,6 +203,7 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
         callbacks=[AccuracyStop()],
     )
     trainer.train()
+    reward.close()
     if judge is not None:
         judge.close()
 

@@ -16,7 +16,8 @@ It runs, in order:
    it, load the new weights into the rollout actors, log. With `algo.max_staleness` > 0 the
    next batch is collected while the learner trains. A learner rank that dies restarts the
    learner from its latest checkpoint (up to `learner.max_failures` times) and the loop
-   rewinds to it; SIGTERM finishes the step in flight, checkpoints, and ends the run;
+   rewinds to it; SIGTERM, SIGINT or SIGHUP finishes the step in flight, checkpoints, and
+   ends the run (`rlrun.interrupts`); a step that cannot finish checkpoints the steps before it;
 6. a summary: final metrics, validation before and after, where the checkpoint is.
 """
 
@@ -25,9 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,6 +36,7 @@ from typing import Any
 from rlrun.checkpoint import TrainState, has_checkpoints, join, latest_checkpoint
 from rlrun.cluster import ClusterError, Demand, check_address, check_fits, demands
 from rlrun.config import Config, ConfigError, to_dict
+from rlrun.interrupts import Interrupted, StopSignals
 
 PLACEMENT_TIMEOUT_S = 30.0
 
@@ -156,17 +156,20 @@ def check_output_dir(cfg: Config) -> None:
         ) from None
 
 
-def audit_rewards(cfg: Config, train: list, needs_sandbox: bool) -> None:
-    """`reward.audit_before_training`: the reward must pass the data's own references."""
+def audit_rewards(cfg: Config, reward: Any, train: list, needs_sandbox: bool) -> None:
+    """`reward.audit_before_training`: `reward` must pass the data's own references (code
+    judged in this process, before the sandbox actors exist)."""
     from rlrun.rewards.audit import audit_before_training
     from rlrun.sandbox import Judge
 
     judge = Judge(cfg.sandbox.backend, cfg.sandbox.workers_per_actor, cfg.sandbox) if (
         needs_sandbox
     ) else None
+    reward.judge = judge.judge if judge else None
     try:
-        report = audit_before_training(cfg, train, judge.judge if judge else None)
+        report = audit_before_training(reward, train)
     finally:
+        reward.judge = None
         if judge is not None:
             judge.close()
     print(f"rlrun train: reward audit: {report.summary()}", flush=True)
@@ -180,6 +183,8 @@ def warm_start(cfg: Config, model_path: str, train: list, val: list) -> str:
     if (done / "config.json").is_file():
         print(f"rlrun train: starting from the warm-started model in {done}", flush=True)
         return str(done)
+    print(f"rlrun train: supervised warm-start (SFT) of {model_path}: up to {cfg.sft.max_steps} "
+          f"steps, until held-out accuracy {cfg.sft.target_accuracy}", flush=True)
     result = run_sft(cfg, model_path, train, val)
     print(
         f"sft done: steps: {result.steps} val/accuracy: {result.accuracy:.3f} "
@@ -190,23 +195,22 @@ def warm_start(cfg: Config, model_path: str, train: list, val: list) -> str:
 
 
 def run_training(cfg: Config) -> dict[str, Any]:
-    """Train as `cfg` says; returns the run summary (also printed)."""
+    """Train as `cfg` says; returns the run summary (also printed). SIGTERM, SIGINT and SIGHUP
+    stop it as `rlrun.interrupts` says."""
+    started = time.time()
+    with StopSignals() as stop:
+        try:
+            return _run(cfg, stop, started)
+        except KeyboardInterrupt:
+            raise Interrupted(stop.signal_name or "SIGINT", stop.phase) from None
 
-    from actors.learner import LearnerFailed, LearnerGroup
-    from actors.rollout import RolloutGroup
-    from actors.sandbox import SandboxPool
-    from actors.weight_sync import make_weight_sync
-    from rlrun import evaluation, step
+
+def _run(cfg: Config, stop: StopSignals, started: float) -> dict[str, Any]:
+    """Step 1 of `run_training`, then the rest with the reward built."""
     from rlrun.data import load_from_config
-    from rlrun.data.prompts import render_prompt
-    from rlrun.data_order import DataOrder
-    from rlrun.metrics import MetricsLogger
-    from rlrun.metrics.early_stopping import EarlyStopping
-    from rlrun.metrics.health import HealthMonitor
-    from rlrun.models import load_tokenizer, resolve_model_path
+    from rlrun.models import resolve_model_path
     from rlrun.rewards import build_reward
 
-    started = time.time()
     # 1. fail early on what needs no cluster.
     if has_checkpoints(cfg.run.output_dir) and not cfg.run.resume:
         raise ConfigError(
@@ -214,20 +218,44 @@ def run_training(cfg: Config) -> dict[str, Any]:
             "run: set run.resume=true to continue it, or choose another run.output_dir / run.name"
         )
     check_output_dir(cfg)
-    build_reward(cfg, None)  # imports the reward plug-ins and checks their signatures
     train, val = load_from_config(cfg)
     model_path = resolve_model_path(cfg.model, model_cache_dir(), cfg.run.seed)
     needs_sandbox = any(p.kind == "code" for p in train + val)
-    if cfg.reward.audit_before_training and not cfg.run.resume:
-        audit_rewards(cfg, train, needs_sandbox)
+    # The plug-ins are imported (in their own processes) and their signatures checked now.
+    reward = build_reward(cfg, None)
+    try:
+        if cfg.reward.audit_before_training and not cfg.run.resume:
+            audit_rewards(cfg, reward, train, needs_sandbox)
+        return _train(cfg, stop, reward, train, val, model_path, needs_sandbox, started)
+    finally:
+        reward.close()
+
+
+def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
+           model_path: str, needs_sandbox: bool, started: float) -> dict[str, Any]:
+    """Steps 2-6 of `run_training`."""
+    from actors.learner import LearnerFailed, LearnerGroup
+    from actors.rollout import RolloutGroup
+    from actors.sandbox import SandboxPool
+    from actors.weight_sync import make_weight_sync
+    from rlrun import evaluation, step
+    from rlrun.data.prompts import render_prompt
+    from rlrun.data_order import DataOrder
+    from rlrun.metrics import MetricsLogger
+    from rlrun.metrics.early_stopping import EarlyStopping
+    from rlrun.metrics.health import HealthMonitor
+    from rlrun.models import load_tokenizer
 
     # 2. Ray, whether the actor groups fit it (before a warm-start that can take hours), then
     # the optional supervised warm-start: RL starts from its result.
     roles = ["rollout", "learner"] + (["sandbox"] if needs_sandbox else [])
     init_ray(cfg)
+    stop.take_back()
     check_cluster(cfg, roles)
     if cfg.sft.enabled:
+        stop.phase = "during the SFT warm-start (rerun the same command to start it again)"
         model_path = warm_start(cfg, model_path, train, val)
+    stop.phase = "while the actors started (nothing to checkpoint yet)"
     tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
 
     def render(problem: Any) -> str:
@@ -244,10 +272,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
     executor = ThreadPoolExecutor(1, thread_name_prefix="rollout")
     run_dir = run_dir_for(cfg)
     logger = MetricsLogger(cfg.metrics, run_dir, to_dict(cfg), total_steps=cfg.trainer.steps)
-    signalled = threading.Event()
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: signalled.set())
+    signalled = stop.requested
     try:
         # 4. actor groups, each on its own placement group.
         rollouts = RolloutGroup(cfg, model_path, groups["rollout"], prefix)
@@ -271,7 +296,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
         logger.rewind(state.step)  # resumed: the steps after the checkpoint are logged anew
         if state.step:  # resumed: the rollout actors start from the restored weights
             sync(state.version)
-        reward = build_reward(cfg, sandbox.judge if sandbox else None)
+        reward.judge = sandbox.judge if sandbox else None
         order = DataOrder(len(train), cfg.run.seed, position=state.data_position)
 
         def collect() -> step.Rollout:
@@ -303,6 +328,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
         # Samples trained per step: a step redone after a learner restart counts once.
         trained: dict[int, float] = {}
         loop_s, failures, steps_run, saved = 0.0, 0, 0, True
+        ahead = False  # the learner holds weights newer than `state` (trained, not yet logged)
         halt = False  # early stopping, the health monitor or too many bad steps said stop
         prefetch: Future | None = None
 
@@ -323,80 +349,97 @@ def run_training(cfg: Config) -> dict[str, Any]:
             track_best(state.version, pending)
         val_first = val_last = pending
         loop_start = time.perf_counter()
-        while state.step < cfg.trainer.steps and not (halt or signalled.is_set()):
-            t0 = time.perf_counter()
-            # 1-3. draw, generate, score (collected during the previous step when overlapping).
-            rollout = prefetch.result() if prefetch else collect()
-            prefetch = None
-            t_rollout = time.perf_counter() - t0
-            # 4. advantages over the groups recent enough, one shard per learner rank.
-            batch = step.make_batch(rollout, state.version, state.step, cfg)
-            if cfg.algo.max_staleness > 0 and state.step + 1 < cfg.trainer.steps and not (
-                halt or signalled.is_set()
-            ):
-                prefetch = executor.submit(collect)
-            try:
-                # 5. learn: every rank trains on its shard ...
-                t1 = time.perf_counter()
-                if colocated:  # level 2: the weights are replaced right after anyway
-                    rollouts.sleep(2)
-                learned = learner.train(batch.shards)
-                t_train = time.perf_counter() - t1
-                # 6. ... and every rollout actor takes the weights it made: the pair of the step.
-                t2 = time.perf_counter()
-                synced = sync(state.step + 1)
-                t_sync = time.perf_counter() - t2
-                done = TrainState(
-                    step=state.step + 1, version=state.step + 1,
-                    data_position=rollout.data_position,
-                    bad_steps=state.bad_steps + int(learned.get("train/bad_steps", 0)),
-                )
-                saved = ckpt_every > 0 and done.step % ckpt_every == 0
-                if saved:
-                    learner.save(done)
-            except LearnerFailed as err:
-                if failures >= cfg.learner.max_failures:
-                    raise RuntimeError(
-                        f"{err}; the learner has failed {failures + 1} times "
-                        f"(learner.max_failures={cfg.learner.max_failures})"
-                    ) from None
-                failures += 1
-                print(f"rlrun train: {err}; restarting the learner from its latest checkpoint "
-                      f"({failures}/{cfg.learner.max_failures})", file=sys.stderr, flush=True)
-                if prefetch is not None:
-                    prefetch.result()  # let the draw finish before rewinding the data order
-                    prefetch = None
-                state, saved = learner.restart(), True
-                order.position = state.data_position
-                logger.rewind(state.step)
-                trained = {k: v for k, v in trained.items() if k < state.step}
-                sync(state.version)
-                continue
-            # 7. log.
-            timings = {"perf/time_rollout": t_rollout, "perf/time_train": t_train,
-                       "perf/time_sync": t_sync} | synced
-            metrics = step.step_metrics(batch, rollout, learned, state.version, timings)
-            if sandbox is not None:
-                metrics["sandbox/recreated"] = float(sandbox.stats()["recreated"])
-            if done.bad_steps > cfg.trainer.max_bad_steps:
-                halt = True
-                metrics["train/stopped_bad_steps"] = float(done.bad_steps)
-            metrics |= pending
-            trained[state.step] = metrics["train/samples"]
-            logger.log(state.step, metrics)
-            logger.log_samples(state.step, step.sample_rows(batch.groups, prompts))
-            for warning in health.check(state.step, metrics):
-                print(f"rlrun train: warning: {warning}", file=sys.stderr)
-            halt = halt or health.should_stop
-            last, pending, state = metrics, {}, done
-            steps_run += 1
-            if val and every > 0 and state.version % every == 0 and \
-                    state.version < cfg.trainer.steps:
-                pending = val_last = validate()
-                halt = halt or track_best(state.version, val_last)
+        stop.graceful = True
+        try:
+            while state.step < cfg.trainer.steps and not (halt or signalled.is_set()):
+                t0 = time.perf_counter()
+                # 1-3. draw, generate, score (collected during the previous step when
+                # overlapping).
+                rollout = prefetch.result() if prefetch else collect()
+                prefetch = None
+                t_rollout = time.perf_counter() - t0
+                # 4. advantages over the groups recent enough, one shard per learner rank.
+                batch = step.make_batch(rollout, state.version, state.step, cfg)
+                if cfg.algo.max_staleness > 0 and state.step + 1 < cfg.trainer.steps and not (
+                    halt or signalled.is_set()
+                ):
+                    prefetch = executor.submit(collect)
+                try:
+                    # 5. learn: every rank trains on its shard ...
+                    t1 = time.perf_counter()
+                    if colocated:  # level 2: the weights are replaced right after anyway
+                        rollouts.sleep(2)
+                    ahead = True
+                    learned = learner.train(batch.shards)
+                    t_train = time.perf_counter() - t1
+                    # 6. ... and every rollout actor takes the weights it made: the pair of
+                    # the step.
+                    t2 = time.perf_counter()
+                    synced = sync(state.step + 1)
+                    t_sync = time.perf_counter() - t2
+                    done = TrainState(
+                        step=state.step + 1, version=state.step + 1,
+                        data_position=rollout.data_position,
+                        bad_steps=state.bad_steps + int(learned.get("train/bad_steps", 0)),
+                    )
+                    # 7. log ...
+                    timings = {"perf/time_rollout": t_rollout, "perf/time_train": t_train,
+                               "perf/time_sync": t_sync} | synced
+                    metrics = step.step_metrics(batch, rollout, learned, state.version, timings)
+                    if sandbox is not None:
+                        metrics["sandbox/recreated"] = float(sandbox.stats()["recreated"])
+                    if done.bad_steps > cfg.trainer.max_bad_steps:
+                        halt = True
+                        metrics["train/stopped_bad_steps"] = float(done.bad_steps)
+                    metrics |= pending
+                    trained[state.step] = metrics["train/samples"]
+                    logger.log(state.step, metrics)
+                    logger.log_samples(state.step, step.sample_rows(batch.groups, prompts))
+                    last, pending, state, ahead = metrics, {}, done, False
+                    steps_run += 1
+                    # 8. ... and checkpoint: a checkpointed step is always in the logs.
+                    saved = ckpt_every > 0 and state.step % ckpt_every == 0
+                    if saved:
+                        learner.save(state)
+                except LearnerFailed as err:
+                    if failures >= cfg.learner.max_failures:
+                        raise RuntimeError(
+                            f"{err}; the learner has failed {failures + 1} times "
+                            f"(learner.max_failures={cfg.learner.max_failures})"
+                        ) from None
+                    failures += 1
+                    print(f"rlrun train: {err}; restarting the learner from its latest "
+                          f"checkpoint ({failures}/{cfg.learner.max_failures})",
+                          file=sys.stderr, flush=True)
+                    if prefetch is not None:
+                        prefetch.result()  # let the draw finish before rewinding the data order
+                        prefetch = None
+                    state, saved, ahead = learner.restart(), True, False
+                    order.position = state.data_position
+                    logger.rewind(state.step)
+                    print(f"rlrun train: learner restarted: rewound to step {state.step}",
+                          file=sys.stderr, flush=True)
+                    trained = {k: v for k, v in trained.items() if k < state.step}
+                    sync(state.version)
+                    continue
+                for warning in health.check(state.step - 1, last):
+                    print(f"rlrun train: warning: {warning}", file=sys.stderr)
+                halt = halt or health.should_stop
+                if val and every > 0 and state.version % every == 0 and \
+                        state.version < cfg.trainer.steps:
+                    pending = val_last = validate()
+                    halt = halt or track_best(state.version, val_last)
+        except Exception:
+            # A step that cannot finish (a reward past its deadline, an actor that keeps
+            # failing): keep what the steps before it learned, then report the error.
+            if not saved and not ahead:
+                save_before_error(learner, state)
+            raise
         loop_s = time.perf_counter() - loop_start
-        if not saved:  # the final (or SIGTERM-requested) stop
+        if not saved:  # the final (or signal-requested) stop
             learner.save(state)
+        stop.graceful = False
+        stop.phase = "after the final checkpoint"
         if cfg.learner.lora.rank:  # LoRA checkpoints hold adapters: the merged model goes here
             learner.export(join(cfg.run.output_dir, "final", "model"))
         if val and steps_run and not signalled.is_set():
@@ -406,8 +449,6 @@ def run_training(cfg: Config) -> dict[str, Any]:
         versions = rollouts.versions()
         restarts = rollouts.restarts
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         logger.close()
         executor.shutdown(wait=True, cancel_futures=True)
         for group in (learner, rollouts, sandbox):
@@ -418,7 +459,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
     # 6. summary.
     summary: dict[str, Any] = {
         "steps": state.step,
-        "stopped_by_signal": signalled.is_set(),
+        "stopped_by_signal": stop.signal_name if signalled.is_set() else None,
         "wall_s": round(time.time() - started, 1),
         # Trained samples per second of the step loop (validation inside it included).
         "samples_per_s": sum(trained.values()) / loop_s if loop_s > 0 else 0.0,
@@ -444,6 +485,17 @@ def run_training(cfg: Config) -> dict[str, Any]:
     return summary
 
 
+def save_before_error(learner: Any, state: TrainState) -> None:
+    """Checkpoint `state` on the way out of a failed step; a learner that cannot save is
+    reported, and the error that stopped the run still goes up."""
+    print(f"rlrun train: saving a checkpoint of step {state.step} before stopping",
+          file=sys.stderr, flush=True)
+    try:
+        learner.save(state)
+    except Exception as err:  # noqa: BLE001 - the original error matters more
+        print(f"rlrun train: the checkpoint could not be saved: {err}", file=sys.stderr)
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     def fmt(d: dict[str, float]) -> str:
         return " ".join(f"{k}: {v:.4g}" for k, v in sorted(d.items()) if isinstance(v, float)
@@ -458,7 +510,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines = [
         f"done: {summary['steps']} steps in {summary['wall_s']}s "
         f"({summary['samples_per_s']:.1f} samples/s)"
-        + (" (stopped by SIGTERM)" if summary["stopped_by_signal"] else ""),
+        + (f" (stopped by {summary['stopped_by_signal']})" if summary["stopped_by_signal"] else ""),
         *([f"  held-out: {', '.join(moved)}"] if moved else []),
         f"  val before: {fmt(summary['val_initial'])}",
         f"  val after:  {fmt(summary['val_final'])}",

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -34,11 +35,19 @@ def env(tmp_path_factory):
     return dict(os.environ, RLRUN_CACHE=str(tmp_path_factory.mktemp("models")))
 
 
-def start(recipe, overrides, env) -> subprocess.Popen:
+def start(recipe, overrides, env, **popen) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "rlrun", "train", str(recipe), *overrides],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, **popen,
     )
+
+
+def driver_pid(proc: subprocess.Popen) -> int:
+    """`rlrun train` runs the driver (and its local Ray) in a session of its own: its pid."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    while not children.read_text().split():
+        time.sleep(0.1)
+    return int(children.read_text().split()[0])
 
 
 def wait_for(proc: subprocess.Popen, done) -> None:
@@ -71,11 +80,12 @@ def test_resume_after_kill_reproduces_the_data_order(tmp_path, recipe, env):
     record = out / LEARNER_DIR / RECORD
 
     proc = start(recipe, overrides, env)
+    driver = driver_pid(proc)
     wait_for(proc, lambda: record.is_file() and record.read_text().strip() and max(
         int(n.removeprefix("step_")) for n in json.loads(record.read_text())["checkpoints"]
     ) >= 2)
-    proc.kill()
-    assert proc.wait() == -signal.SIGKILL  # killed mid-run, not finished
+    os.killpg(driver, signal.SIGKILL)  # the driver and its Ray, all at once: a lost machine
+    assert proc.wait() == 128 + signal.SIGKILL  # killed mid-run, not finished
     first = steps_and_problems(out / "samples.jsonl")
     assert first[0] == expected[0] and first[1] == expected[1]
 

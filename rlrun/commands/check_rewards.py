@@ -66,10 +66,12 @@ def main(args: argparse.Namespace) -> int:
         if any(p.kind == "code" for p in problems):
             from rlrun.sandbox import Judge
 
-            with Judge(cfg.sandbox.backend, cfg.sandbox.workers_per_actor, cfg.sandbox) as judge:
-                report = run_audit(build_reward(cfg, judge.judge), problems)
+            with Judge(cfg.sandbox.backend, cfg.sandbox.workers_per_actor, cfg.sandbox) as judge, \
+                    build_reward(cfg, judge.judge) as reward:
+                report = run_audit(reward, problems)
         else:
-            report = run_audit(build_reward(cfg, None), problems)
+            with build_reward(cfg, None) as reward:
+                report = run_audit(reward, problems)
     except RewardError as err:
         print(f"check-rewards: {err}", file=sys.stderr)
         return 1

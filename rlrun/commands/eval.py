@@ -160,6 +160,7 @@ def main(args: argparse.Namespace) -> int:
     baseline = ev.read_jsonl(args.baseline) if args.baseline else None
     model_path = resolve_checkpoint(args.model, cfg)
     tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
+    reward = build_reward(cfg, None)  # a plug-in that cannot load fails before Ray starts
 
     init_ray(cfg)
     code = any(p.kind == "code" for p in problems)
@@ -168,7 +169,7 @@ def main(args: argparse.Namespace) -> int:
     pool = RolloutGroup(cfg, model_path, groups["rollout"], prefix)
     sandbox = SandboxPool(cfg.sandbox, prefix, groups.get("sandbox")) if code else None
     try:
-        reward = build_reward(cfg, sandbox.judge if sandbox else None)
+        reward.judge = sandbox.judge if sandbox else None
         result = ev.evaluate(
             problems,
             ev.sampling_generate(pool.generate, cfg.rollout.sampling, cfg.run.seed),
@@ -182,6 +183,7 @@ def main(args: argparse.Namespace) -> int:
             progress=cfg.metrics.progress,
         )
     finally:
+        reward.close()
         pool.shutdown()
         if sandbox is not None:
             sandbox.shutdown()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
 
-from rlrun.config import load_config
+from rlrun.config import Config, load_config
+from rlrun.interrupts import OWN_SESSION, Interrupted, die_with_parent, run_in_own_session
 
 DEMO = "conf/demo.yaml"
 
@@ -31,6 +33,20 @@ def _demo_path() -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    config, overrides = args.config, list(args.overrides)
+    if config is not None and "=" in config and not os.path.isfile(config):
+        config, overrides = None, [config, *overrides]
+    cfg = load_config(config or _demo_path(), overrides)
+    if os.environ.get(OWN_SESSION) == "1":
+        die_with_parent()
+    elif not (cfg.run.ray_address or os.environ.get("RAY_ADDRESS")):
+        # The driver starts a local Ray: both go in a session of their own (rlrun.interrupts).
+        return run_in_own_session(["train", *([config] if config else []), *overrides])
+    return train(cfg)
+
+
+def train(cfg: Config) -> int:
+    """Run `cfg`; errors as one line on stderr (their tracebacks in train.log)."""
     from ray.exceptions import RayError
 
     from actors.pool import first_line
@@ -39,12 +55,11 @@ def main(args: argparse.Namespace) -> int:
     from rlrun.rewards import RewardError
     from rlrun.training import run_dir_for, run_training
 
-    config, overrides = args.config, list(args.overrides)
-    if config is not None and "=" in config and not os.path.isfile(config):
-        config, overrides = None, [config, *overrides]
-    cfg = load_config(config or _demo_path(), overrides)
     try:
         run_training(cfg)
+    except Interrupted as err:
+        print(f"rlrun train: {err}", file=sys.stderr)
+        return 128 + int(getattr(signal, err.signal_name))
     except (ClusterError, InputError, RewardError) as err:
         print(f"rlrun train: {err}", file=sys.stderr)
         return 2

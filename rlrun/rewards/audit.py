@@ -23,12 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from rlrun.config import Config
 from rlrun.records import Problem, Sample
-from rlrun.rewards.code import JudgeFn
 from rlrun.rewards.errors import RewardError
 from rlrun.rewards.math import find_answer, normalize_number
-from rlrun.rewards.reward import Reward, build_reward
+from rlrun.rewards.reward import Reward
 
 FULL_MARKS = 1.0 - 1e-9
 
@@ -224,14 +222,14 @@ def run_audit(reward: Reward, problems: list[Problem], batch_size: int = 256) ->
     return report
 
 
-def audit_before_training(
-    cfg: Config, problems: list[Problem], judge: JudgeFn | None
-) -> AuditReport:
-    """The `reward.audit_before_training` check on the first `reward.audit_limit` problems.
+def audit_before_training(reward: Reward, problems: list[Problem]) -> AuditReport:
+    """The `reward.audit_before_training` check of `reward` on the first `reward.audit_limit`
+    problems.
 
     Raises `RewardError` when the reference pass rate is below `reward.audit_min_pass_rate`.
     """
-    report = run_audit(build_reward(cfg, judge), problems[: cfg.reward.audit_limit])
+    cfg = reward.cfg
+    report = run_audit(reward, problems[: cfg.reward.audit_limit])
     need = cfg.reward.audit_min_pass_rate
     if report.reference_total and report.reference_pass_rate < need:
         raise RewardError(

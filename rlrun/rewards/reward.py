@@ -16,7 +16,7 @@ from rlrun.records import Problem, Sample, ScoredSample, Verdict
 from rlrun.rewards.code import JudgeFn, judge_completions
 from rlrun.rewards.errors import RewardError
 from rlrun.rewards.math import check_answer
-from rlrun.rewards.plugins import RewardFn, call_plugin, load_plugin
+from rlrun.rewards.plugin_worker import PluginWorker
 from rlrun.rewards.shaping import shaping_components
 
 SHAPING_NAMES: tuple[str, ...] = ("length", "overlong", "format")
@@ -45,11 +45,12 @@ class _Term:
     name: str
     weight: float
     spec: str
-    fn: RewardFn | None  # None: the builtin correctness
+    fn: PluginWorker | None  # None: the builtin correctness
 
 
 class Reward:
-    """Scores batches of samples against their problems; see `build_reward`."""
+    """Scores batches of samples against their problems; see `build_reward`. Its plug-ins run
+    in child processes: `close` (or leaving a `with` block) stops them."""
 
     def __init__(self, cfg: Config, judge: JudgeFn | None, terms: list[_Term]) -> None:
         self.cfg = cfg
@@ -82,7 +83,7 @@ class Reward:
                 assert builtin is not None
                 columns[t.name] = [c.score for c in builtin]
             else:
-                columns[t.name] = call_plugin(t.fn, t.spec, problems, samples)
+                columns[t.name] = t.fn(problems, samples)
         out: list[Evaluation] = []
         for i, (problem, sample) in enumerate(zip(problems, samples, strict=True)):
             components = {t.name: columns[t.name][i] for t in self.terms}
@@ -94,6 +95,18 @@ class Reward:
             verdicts = check.verdicts if check is not None else []
             out.append(Evaluation(ScoredSample(sample, total, components, verdicts), check))
         return out
+
+    def close(self) -> None:
+        """Stop the plug-ins' processes."""
+        for t in self.terms:
+            if t.fn is not None:
+                t.fn.close()
+
+    def __enter__(self) -> Reward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def correctness(self, problems: list[Problem], samples: list[Sample]) -> list[Correctness]:
         """The builtin check of every sample: math verifier or sandbox judge by problem kind."""
@@ -135,15 +148,25 @@ class Reward:
 
 
 def build_reward(cfg: Config, judge: JudgeFn | None) -> Reward:
-    """The reward `cfg.reward` describes; `judge` runs code (None is fine for math-only data)."""
-    terms: list[_Term] = []
+    """The reward `cfg.reward` describes; `judge` runs code (None is fine for math-only data,
+    and until the sandbox exists: set `Reward.judge` then). Each plug-in is imported, and its
+    signature checked, in its own process now."""
+    names = [rfn.name for rfn in cfg.reward.fns]
     for i, rfn in enumerate(cfg.reward.fns):
         where = f"reward.fns[{i}]"
-        if rfn.name in SHAPING_NAMES or rfn.name in (t.name for t in terms):
+        if rfn.name in SHAPING_NAMES or rfn.name in names[:i]:
             raise ConfigError(
                 f"config key {where}.name={rfn.name!r} is not allowed: component names must be "
                 f"unique and not one of the shaping terms {', '.join(SHAPING_NAMES)}"
             )
-        fn = None if rfn.fn == "builtin" else load_plugin(rfn.fn, where=f"{where}.fn")
-        terms.append(_Term(rfn.name, rfn.weight, rfn.fn, fn))
+    terms: list[_Term] = []
+    try:
+        for i, rfn in enumerate(cfg.reward.fns):
+            fn = None if rfn.fn == "builtin" else PluginWorker(
+                rfn.fn, f"reward.fns[{i}].fn", cfg.reward.timeout_s
+            )
+            terms.append(_Term(rfn.name, rfn.weight, rfn.fn, fn))
+    except RewardError:
+        Reward(cfg, judge, terms).close()
+        raise
     return Reward(cfg, judge, terms)

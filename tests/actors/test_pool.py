@@ -71,6 +71,21 @@ def test_an_actor_past_its_deadline_is_killed_and_replaced(ray_cluster):
         p.shutdown()
 
 
+def test_a_stalled_actor_is_named_in_one_line_with_its_python_stack(ray_cluster, caplog):
+    p = pool(bad=0, how="hang", timeout_s=3.0)
+    try:
+        with caplog.at_level("WARNING", logger="actors.pool"):
+            assert double(p, [0, 1]) == [0, 2]
+    finally:
+        p.shutdown()
+    (message,) = [r.getMessage() for r in caplog.records if "made no progress" in r.message]
+    first, stack = message.split("\n", 1)
+    assert first.startswith("doubler actor test-0 made no progress for 3s in double "
+                            "(test.timeout_s): replacing it")
+    # py-spy's dump of the hung call: the sleep in Doubler.double, with its file and line.
+    assert "double (" in stack and "test_pool.py" in stack, stack
+
+
 def test_a_chunk_that_keeps_failing_ends_the_request_naming_the_actor_and_key(ray_cluster):
     p = pool(bad=0, how="hang", timeout_s=2.0, max_attempts=1)
     try:

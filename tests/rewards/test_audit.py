@@ -102,6 +102,6 @@ def test_audit_before_training_raises_with_the_summary_and_the_way_out():
     problems = _gsm8k()
     cfg = config("reward.math_extractor=boxed", "reward.audit_limit=4")
     with pytest.raises(RewardError, match=r"reference: 0/4 passed.*audit_before_training=false"):
-        audit_before_training(cfg, problems, None)
-    report = audit_before_training(config("reward.audit_limit=4"), problems, None)
+        audit_before_training(build_reward(cfg, None), problems)
+    report = audit_before_training(build_reward(config("reward.audit_limit=4"), None), problems)
     assert report.summary() == "reference: 4/4 passed, wrong: 0/4 passed"
