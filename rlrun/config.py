@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from rlrun.errors import InputError
+from rlrun.trl_names import key_hint, value_hint
 
 
 class ConfigError(InputError):
@@ -379,6 +380,9 @@ def validate(cfg: Config | DictConfig) -> None:
     for key, choices in CHOICES.items():
         value = _get(cfg, key)
         if value not in choices:
+            hint = value_hint(key, value)
+            if hint:
+                raise ConfigError(hint)
             _fail(key, value, "choose one of " + ", ".join(choices))
     for key in POSITIVE:
         value = _get(cfg, key)
@@ -584,6 +588,9 @@ def _check_keys(cls: type, value: Any, path: str) -> None:
     for key, item in value.items():
         where = f"{path}.{key}" if path else str(key)
         if key not in hints:
+            hint = key_hint(where, item)
+            if hint:
+                raise ConfigError(hint)
             close = difflib.get_close_matches(str(key), list(hints), n=1)
             hint = f"did you mean {close[0]}? " if close else ""
             section = path.rsplit("[", 1)[0] if path.endswith("]") else path
