@@ -225,12 +225,12 @@ def _policy_term(
     if cfg.policy_loss == "cispo":
         with torch.no_grad():
             capped = ((ratio > cfg.cispo_cap) & (adv > 0)).to(mask.dtype)  # [N, R]
-            stats["loss/cispo_cap_frac"] = _ratio_share(capped, mask, norm)
+            stats["loss/cispo_cap_frac"] = _ratio_share(capped, mask, norm, cfg)
         return cispo_policy_loss(ratio, adv, logprobs, cfg.cispo_cap)  # [N, L]
     if cfg.policy_loss == "sapo":
         return sapo_policy_loss(ratio, adv, cfg.sapo_tau_pos, cfg.sapo_tau_neg)  # [N, R]
     if cfg.policy_loss == "vespo":
-        if is_weights is not None and is_weights.shape != log_ratio.shape:
+        if cfg.is_correction == "sequence":
             raise ValueError(
                 "algo.policy_loss=vespo folds token-level importance weights into its sequence "
                 "weight: set algo.is_correction=token or none"
@@ -247,9 +247,11 @@ def _policy_term(
     )
 
 
-def _ratio_share(x: Tensor, mask: Tensor, norm: LossNorm) -> Tensor:
-    """Share of the global mean of a per-token [N, L] or per-sequence [N, 1] quantity."""
-    if x.shape[-1] == 1:
+def _ratio_share(x: Tensor, mask: Tensor, norm: LossNorm, cfg: AlgoConfig) -> Tensor:
+    """Share of the global mean of a quantity of the ratio: per token [N, L], or per sequence
+    [N, 1] under `ratio_level: sequence` (decided by the config, not the shape: a micro-batch
+    of one-token completions is [N, 1] too)."""
+    if cfg.ratio_level == "sequence":
         return _share(x, torch.ones_like(x), norm.total_seqs)
     return _share(x, mask, norm.total_tokens)
 
@@ -372,13 +374,13 @@ def grpo_loss(
         if cfg.policy_loss == "clip":
             low = ((ratio < 1 - cfg.clip_low) & (adv < 0)).to(mask.dtype)  # [N, R]
             high = ((ratio > 1 + cfg.clip_high) & (adv > 0)).to(mask.dtype)  # [N, R]
-            stats["loss/clip_frac"] = _ratio_share(torch.maximum(low, high), mask, norm)
-            stats["loss/clip_frac_low"] = _ratio_share(low, mask, norm)
-            stats["loss/clip_frac_high"] = _ratio_share(high, mask, norm)
+            stats["loss/clip_frac"] = _ratio_share(torch.maximum(low, high), mask, norm, cfg)
+            stats["loss/clip_frac_low"] = _ratio_share(low, mask, norm, cfg)
+            stats["loss/clip_frac_high"] = _ratio_share(high, mask, norm, cfg)
             if cfg.dual_clip is not None:
                 dual = ((ratio > cfg.dual_clip) & (adv < 0)).to(mask.dtype)  # [N, R]
-                stats["loss/dual_clip_frac"] = _ratio_share(dual, mask, norm)
-        stats["loss/ratio_mean"] = _ratio_share(ratio, mask, norm)
+                stats["loss/dual_clip_frac"] = _ratio_share(dual, mask, norm, cfg)
+        stats["loss/ratio_mean"] = _ratio_share(ratio, mask, norm, cfg)
         stats["loss/ratio_max"] = _masked_max(ratio, mask)
     stats["loss/total"] = loss.detach()
     values = torch.stack([v.to(torch.float64) for v in stats.values()]).tolist()

@@ -262,3 +262,18 @@ def test_defaults_leave_the_new_options_off() -> None:
     # and compute test_grpo.py's numbers bit for bit
     explicit = replace(BASE, policy_loss="clip", ratio_level="token")
     assert _loss(BASE)[0] == _loss(explicit)[0] == pytest.approx(0.364, abs=1e-6)
+
+
+def test_one_token_completions_still_count_tokens() -> None:
+    # A micro-batch of one-token completions is [N, 1] like a sequence-level ratio; the metrics
+    # must still count tokens: the only real token has ratio 1.5 (row 1 is an empty response).
+    logprobs = torch.tensor([[math.log(1.5)], [math.log(0.5)]])
+    mask = torch.tensor([[1.0], [0.0]])
+    norm = LossNorm(total_tokens=1.0, total_seqs=2.0, max_len=1)
+    _, metrics = grpo_loss(logprobs, torch.zeros(2, 1), ADV, mask, BASE, norm)
+    assert metrics["loss/ratio_mean"] == pytest.approx(1.5)
+    assert metrics["loss/clip_frac_high"] == pytest.approx(1.0)
+    cfg = replace(BASE, policy_loss="vespo", is_correction="sequence")
+    with pytest.raises(ValueError, match="is_correction=token or none"):
+        grpo_loss(logprobs, torch.zeros(2, 1), ADV, mask, cfg, norm,
+                  behaviour_logprobs=torch.zeros(2, 1))
