@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from rlrun.errors import InputError
+from rlrun.trl_names import key_hint, value_hint
 
 
 class ConfigError(InputError):
@@ -80,10 +81,21 @@ class AlgoConfig:
     prompts_per_step: int = 16  # prompts drawn per step (B); the rollout batch is B*G samples
     scale_rewards: str = "group"  # group (divide by group std, GRPO) | batch | none (Dr.GRPO)
     negative_advantage_scale: float = 1.0  # multiplies advantages below 0 (1: GRPO; 0: positive samples only)
-    loss_agg: str = "token_mean"  # token_mean (DAPO/bnpo) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm (Dr.GRPO)
+    loss_agg: str = "token_mean"  # token_mean (DAPO/bnpo) | seq_mean_token_mean (GRPO) | seq_mean_token_sum_norm (Dr.GRPO) | seq_mean_token_sum (LUSPO)
+    policy_loss: str = "clip"  # clip (PPO/GRPO clipped surrogate) | cispo (capped detached IS weight) | sapo (soft sigmoid gate) | vespo (gamma-weighted sequence IS)
+    ratio_level: str = "token"  # token (one ratio pi/pi_old per token) | sequence (GSPO: exp of the mean token log-ratio per sequence)
     clip_low: float = 0.2  # epsilon: ratio lower bound 1 - clip_low
     clip_high: float = 0.2  # epsilon_high: ratio upper bound 1 + clip_high (DAPO clip-higher: 0.28)
     dual_clip: float | None = None  # dual-clip constant c > 1 for negative advantages (null: off)
+    cispo_cap: float = 5.0  # cispo: upper cap on the detached ratio weighting each token's log-prob gradient
+    sapo_tau_pos: float = 1.0  # sapo: gate temperature for tokens with positive advantage
+    sapo_tau_neg: float = 1.05  # sapo: gate temperature for tokens with zero or negative advantage
+    vespo_k_pos: float = 2.0  # vespo: power k of the weight's rise below w=1, advantage >= 0
+    vespo_lambda_pos: float = 3.0  # vespo: decay lambda of the weight above w=1, advantage >= 0
+    vespo_k_neg: float = 3.0  # vespo: power k for negative advantages
+    vespo_lambda_neg: float = 2.0  # vespo: decay lambda for negative advantages
+    entropy_mask_quantile: float = 1.0  # policy term only on this top fraction of tokens by entropy, over the global mini-batch (1: all; 0.2 in the paper)
+    off_policy_mask_threshold: float | None = None  # drop sequences with negative advantage whose mean log(pi_behaviour/pi) exceeds this (null: off)
     kl_coef: float = 0.0  # beta; 0 means no reference model is loaded
     kl_estimator: str = "k3"  # k1 | k2 | k3 (Schulman's estimators)
     entropy_coef: float = 0.0  # entropy bonus coefficient
@@ -308,7 +320,11 @@ CHOICES: dict[str, tuple[str, ...]] = {
         "codeforces", "leetcode", "plain", "rlrun",
     ),
     "algo.scale_rewards": ("group", "batch", "none"),
-    "algo.loss_agg": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"),
+    "algo.loss_agg": (
+        "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum",
+    ),
+    "algo.policy_loss": ("clip", "cispo", "sapo", "vespo"),
+    "algo.ratio_level": ("token", "sequence"),
     "algo.kl_estimator": ("k1", "k2", "k3"),
     "algo.is_correction": ("none", "token", "sequence"),
     "algo.is_mode": ("truncate", "mask"),
@@ -334,7 +350,8 @@ POSITIVE: tuple[str, ...] = (
     "trainer.keep_checkpoints", "rollout.timeout_s", "learner.timeout_s", "sandbox.timeout_s",
     "weights.bucket_mb", "weights.timeout_s", "reward.timeout_s", "model.tiny.hidden_size", "model.tiny.num_layers",
     "model.tiny.num_heads", "data.toy_size", "sft.max_steps", "sft.lr", "sft.eval_every",
-    "trainer.early_stopping.patience",
+    "trainer.early_stopping.patience", "algo.cispo_cap", "algo.sapo_tau_pos",
+    "algo.sapo_tau_neg", "algo.vespo_lambda_pos", "algo.vespo_lambda_neg",
 )
 NON_NEGATIVE: tuple[str, ...] = (
     "algo.max_staleness", "algo.clip_low", "algo.clip_high", "algo.kl_coef",
@@ -343,6 +360,7 @@ NON_NEGATIVE: tuple[str, ...] = (
     "rollout.sampling.temperature", "rollout.sampling.top_k", "algo.max_topup_rounds",
     "learner.lora.rank", "learner.lora.dropout", "rollout.num_cpus", "learner.num_cpus",
     "sandbox.num_cpus", "data.val_size", "trainer.max_bad_steps", "metrics.sample_problems",
+    "algo.vespo_k_pos", "algo.vespo_k_neg",
 )
 AT_LEAST_ONE_OR_NULL: tuple[str, ...] = ("rollout.num_threads", "learner.num_threads")
 
@@ -363,6 +381,9 @@ def validate(cfg: Config | DictConfig) -> None:
     for key, choices in CHOICES.items():
         value = _get(cfg, key)
         if value not in choices:
+            hint = value_hint(key, value)
+            if hint:
+                raise ConfigError(hint)
             _fail(key, value, "choose one of " + ", ".join(choices))
     for key in POSITIVE:
         value = _get(cfg, key)
@@ -411,6 +432,7 @@ def validate(cfg: Config | DictConfig) -> None:
         _fail("sft.math_fraction", fraction, "must be in [0, 1] (or null: the mix of data.train)")
     if algo.dual_clip is not None and algo.dual_clip <= 1:
         _fail("algo.dual_clip", algo.dual_clip, "must be > 1 (or null to disable)")
+    _validate_policy_loss(algo)
     if algo.max_staleness > 0 and algo.is_correction == "none":
         _fail(
             "algo.is_correction", "none",
@@ -462,6 +484,23 @@ def _validate_early_stopping(cfg: Config) -> None:
               "validation logs " + ", ".join(f"val/{n}" for n in names)
               + " (and val/math/... or val/code/... on a mixed set); pass@k needs k in "
               "trainer.eval_k")
+
+
+def _validate_policy_loss(algo: AlgoConfig) -> None:
+    if algo.dual_clip is not None and algo.policy_loss != "clip":
+        _fail("algo.dual_clip", algo.dual_clip,
+              f"caps the clipped surrogate's ratio, which algo.policy_loss={algo.policy_loss} "
+              "does not use: set algo.dual_clip=null")
+    if algo.policy_loss == "vespo" and algo.is_correction == "sequence":
+        _fail("algo.is_correction", "sequence",
+              "algo.policy_loss=vespo folds token-level importance weights into its sequence "
+              "weight: set algo.is_correction=token or none")
+    if not 0 <= algo.entropy_mask_quantile <= 1:
+        _fail("algo.entropy_mask_quantile", algo.entropy_mask_quantile,
+              "must be in [0, 1] (the fraction of tokens kept; 1: all)")
+    threshold = algo.off_policy_mask_threshold
+    if threshold is not None and threshold <= 0:
+        _fail("algo.off_policy_mask_threshold", threshold, "must be > 0, or null for off")
 
 
 def _validate_data(cfg: Config) -> None:
@@ -550,6 +589,9 @@ def _check_keys(cls: type, value: Any, path: str) -> None:
     for key, item in value.items():
         where = f"{path}.{key}" if path else str(key)
         if key not in hints:
+            hint = key_hint(where, item)
+            if hint:
+                raise ConfigError(hint)
             close = difflib.get_close_matches(str(key), list(hints), n=1)
             hint = f"did you mean {close[0]}? " if close else ""
             section = path.rsplit("[", 1)[0] if path.endswith("]") else path

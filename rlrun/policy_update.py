@@ -15,13 +15,21 @@ import contextlib
 import math
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.utils.checkpoint
 from torch import Tensor
 
-from rlrun.algo import ddp_loss, grpo_loss, merge_metrics
+from rlrun.algo import (
+    LossNorm,
+    ddp_loss,
+    entropy_threshold,
+    gather_entropies,
+    grpo_loss,
+    high_entropy_mask,
+    merge_metrics,
+)
 from rlrun.batching import Shard, TrainSample
 from rlrun.config import Config
 
@@ -478,6 +486,32 @@ def _fixed_logprobs(
     return rows
 
 
+@torch.no_grad()
+def _entropy_threshold(
+    model: torch.nn.Module, micro_batches: list[list[TrainSample]], norm: LossNorm, cfg: Config,
+    pad_id: int, world_size: int, device: str | torch.device, dtype: torch.dtype | None = None,
+) -> tuple[dict[int, Tensor], Tensor, LossNorm]:
+    """For `algo.entropy_mask_quantile`: the entropy of each sample of this update (keyed by
+    `id`, [L] each) under `model` as it is now, the threshold over the whole global mini-batch
+    (all ranks), and `norm` with the count of tokens at or above it.
+
+    Every micro-batch's mask needs the threshold before its loss, so one no-grad pass over the
+    update's samples comes first: the price of the option is that forward pass per update.
+    """
+    share = shares_prompts(model, cfg)
+    rows: dict[int, Tensor] = {}
+    for samples in micro_batches:
+        batch = _batch(model, samples, share, pad_id, device, dtype)
+        with _autocast(model, dtype):
+            entropy = response_logprobs(model, batch, _temperature(cfg), with_entropy=True)[1]
+        _keep_rows(rows, samples, entropy)
+    local = torch.cat(list(rows.values())) if rows else torch.zeros(0, device=device)  # [K]
+    everything = gather_entropies(local, world_size)  # [K over all ranks]
+    threshold = entropy_threshold(everything, cfg.algo.entropy_mask_quantile)
+    kept = float((everything >= threshold).sum().item())
+    return rows, threshold, replace(norm, entropy_mask_tokens=kept)
+
+
 def _keep_rows(rows: dict[int, Tensor], samples: list[TrainSample], logp: Tensor) -> None:
     """Each sample's row of `logp` [N, L], cut to its response, into `rows` by `id`."""
     for s, row in zip(samples, logp.detach(), strict=True):
@@ -541,6 +575,11 @@ def train_on_shard(
         optimizer.zero_grad(set_to_none=True)
         parts = []
         micro_batches = _micro_batches(update.samples, cfg)
+        norm, entropy_rows, threshold = update.norm, None, None
+        if algo.entropy_mask_quantile < 1.0:
+            entropy_rows, threshold, norm = _entropy_threshold(
+                model, micro_batches, update.norm, cfg, pad_id, world_size, device, compute_dtype
+            )
         for m, samples in enumerate(micro_batches):
             batch = _batch(model, samples, share, pad_id, device, compute_dtype)
             with _gradient_sync(model, m == len(micro_batches) - 1):
@@ -550,11 +589,14 @@ def train_on_shard(
                     )
                 if u == 0:
                     _keep_rows(old, samples, logp)
+                entropy_mask = None if entropy_rows is None else high_entropy_mask(
+                    _stack_rows(entropy_rows, samples, device), batch.mask, threshold
+                )
                 loss, metrics = grpo_loss(
                     logp, _stack_rows(old, samples, device), batch.advantages, batch.mask, algo,
-                    update.norm, behaviour_logprobs=batch.behaviour_logprobs,
+                    norm, behaviour_logprobs=batch.behaviour_logprobs,
                     ref_logprobs=None if ref is None else _stack_rows(ref, samples, device),
-                    entropy=entropy,
+                    entropy=entropy, entropy_mask=entropy_mask,
                 )
                 ddp_loss(loss, world_size).backward()
             parts.append(metrics)

@@ -1,4 +1,5 @@
-"""GRPO-family algorithm core in plain torch: advantages, policy loss, KL, importance weights.
+"""GRPO-family algorithm core in plain torch: advantages, policy losses, masks, KL, importance
+weights.
 
 No Ray and no model code here: the learner computes log-probs and calls these functions. See
 docs/algorithms.md for the mapping of every option to TRL's GRPOConfig and veRL.
@@ -13,32 +14,56 @@ from rlrun.algo.grpo import (
     grpo_loss,
     merge_metrics,
     seq_mean_token_mean,
+    seq_mean_token_sum,
     seq_mean_token_sum_norm,
     token_mean,
 )
 from rlrun.algo.importance import sequence_is_weights, token_is_weights
 from rlrun.algo.kl import KL_ESTIMATORS, kl_k1, kl_k2, kl_k3
+from rlrun.algo.masks import (
+    entropy_threshold,
+    gather_entropies,
+    high_entropy_mask,
+    off_policy_mask,
+)
 from rlrun.algo.minibatch import MiniBatch, plan_minibatches
+from rlrun.algo.policy_losses import (
+    cispo_policy_loss,
+    sapo_policy_loss,
+    sequence_log_ratio,
+    vespo_policy_loss,
+    vespo_weights,
+)
 
 __all__ = [
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
     "LossNorm",
     "MiniBatch",
+    "cispo_policy_loss",
     "clipped_policy_loss",
     "ddp_loss",
+    "entropy_threshold",
     "filter_equal_groups",
+    "gather_entropies",
     "grpo_loss",
     "group_advantages",
+    "high_entropy_mask",
     "kl_k1",
     "kl_k2",
     "kl_k3",
     "merge_metrics",
+    "off_policy_mask",
     "plan_minibatches",
+    "sapo_policy_loss",
     "scale_negative",
     "seq_mean_token_mean",
+    "seq_mean_token_sum",
     "seq_mean_token_sum_norm",
     "sequence_is_weights",
+    "sequence_log_ratio",
     "token_is_weights",
     "token_mean",
+    "vespo_policy_loss",
+    "vespo_weights",
 ]

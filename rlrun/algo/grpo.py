@@ -17,13 +17,18 @@ the GRPO family added:
 - truncated importance sampling against the rollout engine's behaviour log-probs (importance.py),
   multiplied into the per-token policy loss;
 - KL to a frozen reference (kl.py), optionally weighted by r_t (TRL `use_bias_correction_kl`);
-- an entropy bonus: minus `entropy_coef` times the mean token entropy.
+- an entropy bonus: minus `entropy_coef` times the mean token entropy;
+- other policy terms in place of the clipped surrogate (`policy_loss`: CISPO, SAPO, VESPO) and
+  GSPO's sequence-level ratio (`ratio_level`), in policy_losses.py;
+- masks on the policy term (masks.py): high-entropy tokens only (`entropy_mask_quantile`),
+  off-policy negative sequences dropped (`off_policy_mask_threshold`).
 
 Loss aggregation is its own named function per variant:
 
     token_mean               sum_{i,t} l_it / T                      DAPO; TRL "dapo" (and "bnpo")
     seq_mean_token_mean      sum_i (sum_t l_it / |y_i|) / S           original GRPO; TRL "grpo"
     seq_mean_token_sum_norm  sum_{i,t} l_it / (S * L_max)             Dr. GRPO; TRL "dr_grpo"
+    seq_mean_token_sum       sum_{i,t} l_it / S                       LUSPO; TRL "luspo"
 
 T (tokens), S (sequences) and L_max (the configured maximum completion length, not the longest
 completion in the batch) are counted over the GLOBAL mini-batch (`LossNorm`), across all ranks
@@ -48,6 +53,14 @@ from torch import Tensor
 
 from rlrun.algo.importance import sequence_is_weights, token_is_weights
 from rlrun.algo.kl import KL_ESTIMATORS
+from rlrun.algo.masks import off_policy_mask
+from rlrun.algo.policy_losses import (
+    cispo_policy_loss,
+    sapo_policy_loss,
+    sequence_log_ratio,
+    vespo_policy_loss,
+    vespo_weights,
+)
 
 if TYPE_CHECKING:
     from rlrun.config import AlgoConfig
@@ -60,6 +73,9 @@ class LossNorm:
     total_tokens: float  # completion tokens with mask 1 in the global mini-batch
     total_seqs: float  # sequences in the global mini-batch
     max_len: int  # maximum completion length (rollout.sampling.max_new_tokens), for Dr. GRPO
+    # tokens the entropy mask keeps in the global mini-batch: the entropy bonus averages over
+    # them (None: no entropy mask)
+    entropy_mask_tokens: float | None = None
 
     @classmethod
     def from_mask(cls, mask: Tensor, max_len: int) -> LossNorm:
@@ -83,10 +99,20 @@ def seq_mean_token_sum_norm(per_token: Tensor, mask: Tensor, norm: LossNorm) -> 
     return (per_token * mask).sum() / max(norm.total_seqs * norm.max_len, 1.0)
 
 
+def seq_mean_token_sum(per_token: Tensor, mask: Tensor, norm: LossNorm) -> Tensor:
+    """sum_{i,t} l_it / S: a sequence weighs by its length (LUSPO, TRL "luspo").
+
+    LUSPO (https://arxiv.org/abs/2602.05261) scales GSPO's per-sequence loss by the sequence's
+    length, undoing the length bias of the per-sequence mean.
+    """
+    return (per_token * mask).sum() / max(norm.total_seqs, 1.0)
+
+
 LOSS_AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, LossNorm], Tensor]] = {
     "token_mean": token_mean,
     "seq_mean_token_mean": seq_mean_token_mean,
     "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
+    "seq_mean_token_sum": seq_mean_token_sum,
 }
 
 
@@ -141,6 +167,95 @@ def _check_shapes(logprobs: Tensor, advantages: Tensor, **others: Tensor | None)
         )
 
 
+def _behaviour_weights(
+    old_logprobs: Tensor,
+    behaviour_logprobs: Tensor | None,
+    mask: Tensor,
+    cfg: AlgoConfig,
+    norm: LossNorm,
+    stats: dict[str, Tensor],
+) -> Tensor | None:
+    """Truncated importance weights pi_old / pi_behaviour, [N, L] or [N, 1] (None: no
+    correction), with their metrics added to `stats`."""
+    if cfg.is_correction == "none":
+        return None
+    if behaviour_logprobs is None:
+        raise ValueError(
+            f"algo.is_correction={cfg.is_correction} needs the rollout engine's behaviour "
+            "log-probs (behaviour_logprobs); pass them or set algo.is_correction=none"
+        )
+    if cfg.is_correction == "token":
+        is_weights = token_is_weights(
+            old_logprobs, behaviour_logprobs, mask, cfg.is_cap, cfg.is_floor, cfg.is_mode
+        )  # [N, L]
+        stats["loss/is_weight_mean"] = _share(is_weights, mask, norm.total_tokens)
+        stats["loss/is_weight_max"] = _masked_max(is_weights, mask)
+    elif cfg.is_correction == "sequence":
+        is_weights = sequence_is_weights(
+            old_logprobs, behaviour_logprobs, mask, cfg.is_cap, cfg.is_floor, cfg.is_mode
+        )  # [N, 1]
+        seq_mask = torch.ones_like(is_weights)  # [N, 1]
+        stats["loss/is_weight_mean"] = _share(is_weights, seq_mask, norm.total_seqs)
+        stats["loss/is_weight_max"] = _masked_max(is_weights, seq_mask)
+    else:
+        raise ValueError(
+            f"algo.is_correction={cfg.is_correction!r}: choose one of none, token, sequence"
+        )
+    return is_weights
+
+
+def _policy_term(
+    logprobs: Tensor,
+    log_ratio: Tensor,
+    ratio: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    is_weights: Tensor | None,
+    cfg: AlgoConfig,
+    norm: LossNorm,
+    stats: dict[str, Tensor],
+) -> Tensor:
+    """The per-token policy loss `cfg.policy_loss`, [N, L] or [N, 1], before masks and weights.
+
+    log_ratio [N, L] is per token whatever `ratio_level` is (VESPO builds its own sequence
+    weight from it); ratio [N, L] or [N, 1] is the one `ratio_level` asks for.
+    """
+    if cfg.policy_loss == "clip":
+        return clipped_policy_loss(ratio, adv, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
+    if cfg.policy_loss == "cispo":
+        with torch.no_grad():
+            capped = ((ratio > cfg.cispo_cap) & (adv > 0)).to(mask.dtype)  # [N, R]
+            stats["loss/cispo_cap_frac"] = _ratio_share(capped, mask, norm, cfg)
+        return cispo_policy_loss(ratio, adv, logprobs, cfg.cispo_cap)  # [N, L]
+    if cfg.policy_loss == "sapo":
+        return sapo_policy_loss(ratio, adv, cfg.sapo_tau_pos, cfg.sapo_tau_neg)  # [N, R]
+    if cfg.policy_loss == "vespo":
+        if cfg.is_correction == "sequence":
+            raise ValueError(
+                "algo.policy_loss=vespo folds token-level importance weights into its sequence "
+                "weight: set algo.is_correction=token or none"
+            )
+        weights = vespo_weights(
+            log_ratio, mask, adv, cfg.vespo_k_pos, cfg.vespo_lambda_pos, cfg.vespo_k_neg,
+            cfg.vespo_lambda_neg, is_weights,
+        )  # [N, 1]
+        stats["loss/vespo_weight_mean"] = _share(weights, torch.ones_like(weights),
+                                                 norm.total_seqs)
+        return vespo_policy_loss(weights, adv, logprobs)  # [N, L]
+    raise ValueError(
+        f"algo.policy_loss={cfg.policy_loss!r}: choose one of clip, cispo, sapo, vespo"
+    )
+
+
+def _ratio_share(x: Tensor, mask: Tensor, norm: LossNorm, cfg: AlgoConfig) -> Tensor:
+    """Share of the global mean of a quantity of the ratio: per token [N, L], or per sequence
+    [N, 1] under `ratio_level: sequence` (decided by the config, not the shape: a micro-batch
+    of one-token completions is [N, 1] too)."""
+    if cfg.ratio_level == "sequence":
+        return _share(x, torch.ones_like(x), norm.total_seqs)
+    return _share(x, mask, norm.total_tokens)
+
+
 def grpo_loss(
     logprobs: Tensor,
     old_logprobs: Tensor,
@@ -151,16 +266,20 @@ def grpo_loss(
     behaviour_logprobs: Tensor | None = None,
     ref_logprobs: Tensor | None = None,
     entropy: Tensor | None = None,
+    entropy_mask: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """This call's share of the global GRPO loss, and its share of the metrics.
 
     logprobs [N, L] carry the gradient; old_logprobs [N, L] are the learner's log-probs before the
     update (pass logprobs.detach() for the first epoch of an on-policy step); advantages [N];
     mask [N, L] is 1 on completion tokens that count; behaviour_logprobs [N, L] come from the
-    rollout engine (needed unless cfg.is_correction is "none"); ref_logprobs [N, L] from the
-    reference model (needed when cfg.kl_coef > 0, ignored otherwise); entropy [N, L] per-token
-    entropy of pi_theta, with gradient (needed when cfg.entropy_coef > 0). Pass float32
-    log-probs: ratios of bfloat16 log-probs are too coarse for the clip.
+    rollout engine (needed unless cfg.is_correction is "none" and
+    cfg.off_policy_mask_threshold is null); ref_logprobs [N, L] from the reference model (needed
+    when cfg.kl_coef > 0, ignored otherwise); entropy [N, L] per-token entropy of pi_theta, with
+    gradient (needed when cfg.entropy_coef > 0); entropy_mask [N, L] is `high_entropy_mask` with
+    the threshold of the global mini-batch, and norm.entropy_mask_tokens its count there (both
+    needed when cfg.entropy_mask_quantile < 1, ignored otherwise). Pass float32 log-probs:
+    ratios of bfloat16 log-probs are too coarse for the clip.
 
     Metrics follow `merge_metrics`: keys ending in "_max" are maxima over this call's tokens,
     every other value is this call's share of a global mean, so summing them over micro-batches
@@ -169,6 +288,7 @@ def grpo_loss(
     _check_shapes(
         logprobs, advantages, old_logprobs=old_logprobs, mask=mask,
         behaviour_logprobs=behaviour_logprobs, ref_logprobs=ref_logprobs, entropy=entropy,
+        entropy_mask=entropy_mask,
     )
     if cfg.loss_agg not in LOSS_AGGREGATIONS:
         choices = ", ".join(LOSS_AGGREGATIONS)
@@ -178,37 +298,45 @@ def grpo_loss(
     adv = advantages.detach().to(logprobs.dtype).unsqueeze(-1)  # [N, 1]
     stats: dict[str, Tensor] = {}  # metric tensors, read back in one device sync at the end
 
-    # 1. PPO ratio against the learner's pre-update policy, and the clipped surrogate.
-    ratio = torch.exp(logprobs - old_logprobs.detach())  # [N, L]
-    pg_loss = clipped_policy_loss(ratio, adv, cfg.clip_low, cfg.clip_high, cfg.dual_clip)  # [N, L]
+    # 1. Truncated importance weights pi_old / pi_behaviour for the rollout engine's mismatch.
+    is_weights = _behaviour_weights(old_logprobs, behaviour_logprobs, mask, cfg, norm, stats)
 
-    # 2. Truncated importance weights pi_old / pi_behaviour for the rollout engine's mismatch.
-    if cfg.is_correction != "none":
+    # 2. The ratio against the learner's pre-update policy: per token (PPO) or, under GSPO, one
+    # per sequence, [N, R]; then the policy term built on it.
+    log_ratio = logprobs - old_logprobs.detach()  # [N, L]
+    if cfg.ratio_level == "sequence":
+        ratio = torch.exp(sequence_log_ratio(log_ratio, mask))  # [N, 1]
+    else:
+        ratio = torch.exp(log_ratio)  # [N, L]
+    pg_loss = _policy_term(logprobs, log_ratio, ratio, adv, mask, is_weights, cfg, norm, stats)
+
+    # 3. Masks on the policy term, then the importance weights (VESPO has them in its own).
+    if cfg.off_policy_mask_threshold is not None:
         if behaviour_logprobs is None:
             raise ValueError(
-                f"algo.is_correction={cfg.is_correction} needs the rollout engine's behaviour "
-                "log-probs (behaviour_logprobs); pass them or set algo.is_correction=none"
+                f"algo.off_policy_mask_threshold={cfg.off_policy_mask_threshold} needs the "
+                "rollout engine's behaviour log-probs (behaviour_logprobs); pass them or set "
+                "algo.off_policy_mask_threshold=null"
             )
-        if cfg.is_correction == "token":
-            is_weights = token_is_weights(
-                old_logprobs, behaviour_logprobs, mask, cfg.is_cap, cfg.is_floor, cfg.is_mode
-            )  # [N, L]
-            stats["loss/is_weight_mean"] = _share(is_weights, mask, norm.total_tokens)
-            stats["loss/is_weight_max"] = _masked_max(is_weights, mask)
-        elif cfg.is_correction == "sequence":
-            is_weights = sequence_is_weights(
-                old_logprobs, behaviour_logprobs, mask, cfg.is_cap, cfg.is_floor, cfg.is_mode
-            )  # [N, 1]
-            seq_mask = torch.ones_like(is_weights)  # [N, 1]
-            stats["loss/is_weight_mean"] = _share(is_weights, seq_mask, norm.total_seqs)
-            stats["loss/is_weight_max"] = _masked_max(is_weights, seq_mask)
-        else:
+        keep = off_policy_mask(adv, logprobs, behaviour_logprobs, mask,
+                               cfg.off_policy_mask_threshold)  # [N, 1]
+        stats["loss/off_policy_drop_frac"] = _share(1 - keep, torch.ones_like(keep),
+                                                    norm.total_seqs)
+        pg_loss = pg_loss * keep  # [N, R]
+    if cfg.entropy_mask_quantile < 1.0:
+        if entropy_mask is None or norm.entropy_mask_tokens is None:
             raise ValueError(
-                f"algo.is_correction={cfg.is_correction!r}: choose one of none, token, sequence"
+                f"algo.entropy_mask_quantile={cfg.entropy_mask_quantile} needs entropy_mask "
+                "and norm.entropy_mask_tokens from the global mini-batch's entropies; pass "
+                "them or set algo.entropy_mask_quantile=1"
             )
+        entropy_mask = entropy_mask.to(mask.dtype)  # [N, L]
+        stats["loss/entropy_mask_frac"] = _share(entropy_mask, mask, norm.total_tokens)
+        pg_loss = pg_loss * entropy_mask  # [N, L]
+    if is_weights is not None and cfg.policy_loss != "vespo":
         pg_loss = pg_loss * is_weights  # [N, L]
 
-    # 3. KL to the reference policy, added per token before aggregation (as in TRL).
+    # 4. KL to the reference policy, added per token before aggregation (as in TRL).
     per_token_loss = pg_loss  # [N, L]
     if cfg.kl_coef != 0.0:
         if ref_logprobs is None:
@@ -224,13 +352,16 @@ def grpo_loss(
         per_token_loss = pg_loss + cfg.kl_coef * kl  # [N, L]
         stats["loss/kl"] = _share(kl, mask, norm.total_tokens)
 
-    # 4. Aggregate over the global mini-batch; subtract the entropy bonus (a token mean, always).
+    # 5. Aggregate over the global mini-batch; subtract the entropy bonus, a token mean (over
+    # the tokens the entropy mask keeps, when it is on).
     loss = aggregate(per_token_loss, mask, norm)
     stats["loss/policy"] = aggregate(pg_loss.detach(), mask, norm)
     if entropy is not None:
         mean_entropy = token_mean(entropy, mask, norm)
         stats["loss/entropy"] = mean_entropy.detach()
         if cfg.entropy_coef != 0.0:
+            if cfg.entropy_mask_quantile < 1.0:
+                mean_entropy = (entropy * entropy_mask).sum() / max(norm.entropy_mask_tokens, 1.0)
             loss = loss - cfg.entropy_coef * mean_entropy
     elif cfg.entropy_coef != 0.0:
         raise ValueError(
@@ -238,17 +369,18 @@ def grpo_loss(
             "pass it or set algo.entropy_coef=0"
         )
 
-    # 5. Clipping statistics, counted as TRL does (the clip was active and bound the gradient).
+    # 6. Clipping statistics, counted as TRL does (the clip was active and bound the gradient).
     with torch.no_grad():
-        low = ((ratio < 1 - cfg.clip_low) & (adv < 0)).to(mask.dtype)  # [N, L]
-        high = ((ratio > 1 + cfg.clip_high) & (adv > 0)).to(mask.dtype)  # [N, L]
-        stats["loss/clip_frac"] = _share(torch.maximum(low, high), mask, norm.total_tokens)
-        stats["loss/clip_frac_low"] = _share(low, mask, norm.total_tokens)
-        stats["loss/clip_frac_high"] = _share(high, mask, norm.total_tokens)
-        if cfg.dual_clip is not None:
-            dual = ((ratio > cfg.dual_clip) & (adv < 0)).to(mask.dtype)  # [N, L]
-            stats["loss/dual_clip_frac"] = _share(dual, mask, norm.total_tokens)
-        stats["loss/ratio_mean"] = _share(ratio, mask, norm.total_tokens)
+        if cfg.policy_loss == "clip":
+            low = ((ratio < 1 - cfg.clip_low) & (adv < 0)).to(mask.dtype)  # [N, R]
+            high = ((ratio > 1 + cfg.clip_high) & (adv > 0)).to(mask.dtype)  # [N, R]
+            stats["loss/clip_frac"] = _ratio_share(torch.maximum(low, high), mask, norm, cfg)
+            stats["loss/clip_frac_low"] = _ratio_share(low, mask, norm, cfg)
+            stats["loss/clip_frac_high"] = _ratio_share(high, mask, norm, cfg)
+            if cfg.dual_clip is not None:
+                dual = ((ratio > cfg.dual_clip) & (adv < 0)).to(mask.dtype)  # [N, R]
+                stats["loss/dual_clip_frac"] = _ratio_share(dual, mask, norm, cfg)
+        stats["loss/ratio_mean"] = _ratio_share(ratio, mask, norm, cfg)
         stats["loss/ratio_max"] = _masked_max(ratio, mask)
     stats["loss/total"] = loss.detach()
     values = torch.stack([v.to(torch.float64) for v in stats.values()]).tolist()

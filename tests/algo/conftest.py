@@ -33,6 +33,9 @@ class _OneProcessAccelerator:
     def gather(self, tensor):
         return tensor.reshape(-1)
 
+    def pad_across_processes(self, tensor, dim=0, pad_index=0):
+        return tensor
+
     gather_for_metrics = gather
 
 
@@ -59,7 +62,13 @@ def trl_compute_loss():
         max_completion_length: int = 8,
         num_processes: int = 1,
         num_items_in_batch: float | None = None,
+        importance_sampling_level: str = "token",
+        top_entropy_quantile: float = 1.0,
+        off_policy_mask_threshold: float | None = None,
+        sampling_logprobs: torch.Tensor | None = None,
+        **loss_args: float,
     ) -> torch.Tensor:
+        """`loss_args`: GRPOConfig fields of the newer loss types (sapo_temperature_pos, ...)."""
         n, length = logprobs.shape
         trainer = SimpleNamespace(
             _get_per_token_logps_and_entropies=lambda *a, **k: (
@@ -68,9 +77,11 @@ def trl_compute_loss():
                 None,
             ),
             aux_loss_enabled=False,
-            top_entropy_quantile=1.0,
-            off_policy_mask_threshold=None,
-            importance_sampling_level="token",
+            top_entropy_quantile=top_entropy_quantile,
+            off_policy_mask_threshold=off_policy_mask_threshold,
+            importance_sampling_level=importance_sampling_level,
+            get_off_policy_mask=GRPOTrainer.get_off_policy_mask,
+            get_gamma_weights=GRPOTrainer.get_gamma_weights,
             beta=beta,
             loss_type=loss_type,
             epsilon_low=epsilon,
@@ -78,7 +89,8 @@ def trl_compute_loss():
             use_vllm=importance_sampling_ratio is not None,
             vllm_importance_sampling_correction=importance_sampling_ratio is not None,
             args=SimpleNamespace(
-                delta=delta, use_bias_correction_kl=use_bias_correction_kl, steps_per_generation=1
+                delta=delta, use_bias_correction_kl=use_bias_correction_kl, steps_per_generation=1,
+                **loss_args,
             ),
             model=SimpleNamespace(training=True),
             current_gradient_accumulation_steps=1,
@@ -89,6 +101,7 @@ def trl_compute_loss():
             entropy_coef=entropy_coef,
             use_adaptive_entropy=False,
         )
+        trainer.get_high_entropy_mask = lambda *a: GRPOTrainer.get_high_entropy_mask(trainer, *a)
         items = mask.sum() if num_items_in_batch is None else torch.tensor(num_items_in_batch)
         inputs = {
             "prompt_ids": torch.zeros(n, 1, dtype=torch.long),
@@ -103,6 +116,8 @@ def trl_compute_loss():
             inputs["ref_per_token_logps"] = ref_logprobs
         if importance_sampling_ratio is not None:
             inputs["importance_sampling_ratio"] = importance_sampling_ratio
+        if sampling_logprobs is not None:
+            inputs["sampling_per_token_logps"] = sampling_logprobs
         return GRPOTrainer._compute_loss(trainer, None, inputs)
 
     return run

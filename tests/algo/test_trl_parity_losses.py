@@ -1,0 +1,124 @@
+"""Every TRL 1.16 loss_type, both ratio levels, the entropy mask and the off-policy mask: the
+same tensors through TRL's own `GRPOTrainer._compute_loss` and through rlrun's `grpo_loss`
+agree on the loss and on the gradients of the log-probs and entropies.
+
+The rlrun settings of each loss_type come from `rlrun.trl_names.TRL_NAMES`, the table that
+config errors and `rlrun config show` print, so this also checks what that table tells users.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from rlrun.algo import LossNorm, entropy_threshold, grpo_loss, high_entropy_mask
+from rlrun.config import AlgoConfig
+from rlrun.trl_names import TRL_NAMES
+
+LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
+MAX_LEN = 9
+
+
+def _rlrun_settings(loss_type: str) -> dict[str, str]:
+    [row] = [r for r in TRL_NAMES if r.trl == "loss_type" and r.value == loss_type]
+    pairs = (setting.split("=") for setting in row.rlrun.split())
+    return {key.removeprefix("algo."): value for key, value in pairs}
+
+
+def _random_batch(n: int, length: int, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    old = -torch.rand(n, length, generator=gen) * 3  # [N, L]
+    logprobs = old + 0.3 * torch.randn(n, length, generator=gen)  # ratios around 1, some clipped
+    behaviour = old + 0.3 * torch.randn(n, length, generator=gen)
+    ref = old + 0.5 * torch.randn(n, length, generator=gen)
+    entropy = torch.rand(n, length, generator=gen) * 2
+    lengths = torch.randint(1, length + 1, (n,), generator=gen)
+    mask = (torch.arange(length) < lengths.unsqueeze(1)).long()  # [N, L]
+    adv = torch.randn(n, generator=gen)
+    return logprobs, old, behaviour, ref, entropy, mask, adv
+
+
+# What each case turns on, in TRL's GRPOConfig terms.
+VARIANTS = {
+    "plain": {},
+    "kl_is_entropy": {"beta": 0.04, "is_mode": "token_truncate", "entropy_coef": 0.01},
+    "entropy_mask": {"top_entropy_quantile": 0.3, "entropy_coef": 0.02},
+    "off_policy": {"off_policy_mask_threshold": 0.02},
+    "everything": {"beta": 0.1, "is_mode": "token_mask", "entropy_coef": 0.01, "delta": 1.4,
+                   "top_entropy_quantile": 0.5, "off_policy_mask_threshold": 0.02,
+                   "use_bias_correction_kl": False},
+}
+# The newer loss types' own parameters, off TRL's defaults so that a mix-up would show.
+LOSS_ARGS = {"sapo_temperature_pos": 1.5, "sapo_temperature_neg": 2.5, "vespo_k_pos": 1.5,
+             "vespo_lambda_pos": 2.5, "vespo_k_neg": 2.5, "vespo_lambda_neg": 1.5}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_matches_trl_compute_loss(
+    loss_type: str, level: str, variant: str, trl_compute_loss, trl_importance_ratio
+) -> None:
+    v = VARIANTS[variant]
+    logprobs, old, behaviour, ref, entropy, mask, adv = _random_batch(
+        12, 7, seed=LOSS_TYPES.index(loss_type) * 10 + list(VARIANTS).index(variant)
+    )
+    # CISPO's cap is TRL's epsilon_high; 1.3 binds on some tokens of this batch.
+    eps_high = 1.3 if loss_type == "cispo" else 0.28
+    delta = v.get("delta") if loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo") else None
+    quantile = v.get("top_entropy_quantile", 1.0)
+    threshold = v.get("off_policy_mask_threshold")
+    is_ratio = None
+    if "is_mode" in v:
+        is_ratio = trl_importance_ratio(old, behaviour, mask, v["is_mode"], clip_max=3.0)
+
+    theirs_lp = logprobs.clone().requires_grad_(True)
+    theirs_ent = entropy.clone().requires_grad_(True)
+    theirs = trl_compute_loss(
+        logprobs=theirs_lp, old_logprobs=old, advantages=adv, mask=mask, loss_type=loss_type,
+        epsilon=0.2, epsilon_high=eps_high, delta=delta, beta=v.get("beta", 0.0),
+        ref_logprobs=ref, use_bias_correction_kl=v.get("use_bias_correction_kl", True),
+        importance_sampling_ratio=is_ratio, entropies=theirs_ent,
+        entropy_coef=v.get("entropy_coef", 0.0), max_completion_length=MAX_LEN,
+        importance_sampling_level=level, top_entropy_quantile=quantile,
+        off_policy_mask_threshold=threshold, sampling_logprobs=behaviour, **LOSS_ARGS,
+    )
+    theirs.backward()
+
+    cfg = replace(
+        AlgoConfig(**_rlrun_settings(loss_type)), ratio_level=level, clip_low=0.2,
+        clip_high=eps_high, cispo_cap=eps_high, dual_clip=delta, kl_coef=v.get("beta", 0.0),
+        kl_bias_correction=v.get("use_bias_correction_kl", True),
+        entropy_coef=v.get("entropy_coef", 0.0), entropy_mask_quantile=quantile,
+        off_policy_mask_threshold=threshold, is_correction="none", is_cap=3.0,
+        sapo_tau_pos=1.5, sapo_tau_neg=2.5, vespo_k_pos=1.5, vespo_lambda_pos=2.5,
+        vespo_k_neg=2.5, vespo_lambda_neg=1.5,
+    )
+    if "is_mode" in v:
+        is_level, mode = v["is_mode"].split("_")
+        cfg = replace(cfg, is_correction=is_level, is_mode=mode)
+    norm = LossNorm.from_mask(mask, MAX_LEN)
+    keep = None
+    if quantile < 1.0:
+        keep = high_entropy_mask(entropy, mask, entropy_threshold(entropy[mask.bool()], quantile))
+        norm = replace(norm, entropy_mask_tokens=float(keep.sum()))
+        assert 0 < keep.sum() < mask.sum()  # the mask bites
+    ours_lp = logprobs.clone().requires_grad_(True)
+    ours_ent = entropy.clone().requires_grad_(True)
+    ours, metrics = grpo_loss(
+        ours_lp, old, adv, mask, cfg, norm, behaviour_logprobs=behaviour, ref_logprobs=ref,
+        entropy=ours_ent, entropy_mask=keep,
+    )
+    ours.backward()
+    if threshold is not None:
+        assert 0 < metrics["loss/off_policy_drop_frac"] < 1  # the mask bites
+
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours_lp.grad, theirs_lp.grad, atol=1e-5, rtol=1e-5)
+    if theirs_ent.grad is not None:
+        torch.testing.assert_close(ours_ent.grad, theirs_ent.grad, atol=1e-5, rtol=1e-5)
+    else:
+        assert ours_ent.grad is None
+    assert ours_lp.grad.abs().sum() > 0
