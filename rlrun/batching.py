@@ -1,7 +1,8 @@
 """From scored groups of completions to the per-rank shards a learner step consumes.
 
 A step (`rlrun.step`) collects groups (the G scored completions of one prompt), drops groups
-that are too stale for `algo.max_staleness`, computes group advantages, and cuts the batch into
+that are too stale for `algo.max_staleness`, computes group advantages over the whole batch
+(before any sharding, so they do not depend on the learner world size), and cuts the batch into
 `algo.epochs * algo.mini_batches` optimizer updates, each split into `learner.num_workers`
 equal, contiguous rank shares. The loss normaliser of every update is computed over the whole
 update (all ranks), so the per-rank losses add up to the global loss whatever the world size.
@@ -11,6 +12,7 @@ Notation used for tensor shapes: B groups (prompts), G completions per group.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,12 +67,16 @@ class Shard:
 
 
 def rewards_tensor(groups: list[Group]) -> torch.Tensor:
-    """Rewards as [B, G]."""
-    return torch.tensor([[s.reward for s in g.scored] for g in groups], dtype=torch.float32)
+    """Rewards as [B, G]; NaN for an unscored sample."""
+    return torch.tensor(
+        [[math.nan if s.reward is None else s.reward for s in g.scored] for g in groups],
+        dtype=torch.float32,
+    )
 
 
 def split_informative(groups: list[Group]) -> tuple[list[Group], list[Group]]:
-    """(groups with a reward spread, groups whose rewards are all equal)."""
+    """(groups with a reward spread, groups without: all scored rewards equal or fewer than two
+    scored)."""
     if not groups:
         return [], []
     keep = filter_equal_groups(rewards_tensor(groups)).tolist()  # [B]
@@ -151,16 +157,19 @@ def make_shards(
 
 
 def batch_metrics(groups: list[Group], version: int) -> dict[str, float]:
-    """Reward, response-length and staleness statistics of the groups trained on."""
+    """Reward, response-length and staleness statistics of the groups trained on. Reward
+    statistics leave out what was not scored (TRL's nanmean): the unscored samples for the
+    reward, and for each component the samples it gave no score."""
     scored = [s for g in groups for s in g.scored]
     if not scored:
         return {}
-    rewards = np.array([s.reward for s in scored], dtype=np.float64)
+    rewards = np.array([s.reward for s in scored if s.reward is not None], dtype=np.float64)
     lengths = np.array([len(s.sample.response_ids) for s in scored], dtype=np.float64)
     staleness = np.array([version - s.sample.weight_version for s in scored], dtype=np.float64)
-    metrics = {
-        "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std()),
+    metrics: dict[str, float] = {}
+    if len(rewards):
+        metrics |= {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std())}
+    metrics |= {
         "response/len_mean": float(lengths.mean()),
         "response/len_max": float(lengths.max()),
         "response/truncated_frac": float(
@@ -171,9 +180,14 @@ def batch_metrics(groups: list[Group], version: int) -> dict[str, float]:
     }
     names = sorted({name for s in scored for name in s.components})
     for name in names:
-        metrics[f"reward/{name}"] = float(np.mean([s.components.get(name, 0.0) for s in scored]))
-    if "correctness" in names:
-        metrics["train/accuracy"] = float(
-            np.mean([s.components.get("correctness", 0.0) >= 1.0 for s in scored])
-        )
+        values = _scores(scored, name)
+        if values:
+            metrics[f"reward/{name}"] = float(np.mean(values))
+    if correct := _scores(scored, "correctness"):
+        metrics["train/accuracy"] = float(np.mean([c >= 1.0 for c in correct]))
     return metrics
+
+
+def _scores(scored: list[ScoredSample], name: str) -> list[float]:
+    # A sample without the component counts as 0, as it adds 0 to the reward; None is no score.
+    return [c for s in scored if (c := s.components.get(name, 0.0)) is not None]

@@ -6,10 +6,12 @@ The driver (`rlrun.training`) runs a step as
 2. generate  `algo.group_size` completions per prompt with the `generate` it is handed (the
              rollout actors);
 3. score     them with the `score` it is handed (the reward: sandbox for code, verifier for
-             math); with `algo.filter_equal_groups`, groups whose rewards are all equal are
-             dropped and more prompts drawn, up to `algo.max_topup_rounds` times;
+             math); with `algo.filter_equal_groups`, groups whose rewards are all equal (or
+             with fewer than two scored samples) are dropped and more prompts drawn, up to
+             `algo.max_topup_rounds` times;
 4. batch     drop groups more than `algo.max_staleness` versions old, compute group-relative
-             advantages, and cut the batch into one shard per learner rank;
+             advantages over the whole batch, and cut the batch into one shard per learner
+             rank (so the advantages are the same whatever the number of ranks);
 
 then hands the shards to the learner and the new weights to the rollout actors. Steps 1-3 are
 `collect`, step 4 is `make_batch`; `step_metrics` and `sample_rows` turn a finished step into
@@ -77,7 +79,7 @@ def collect(
     `problems[i]`; `judges_code` adds the sandbox verdict counts to the metrics."""
     algo = cfg.algo
     groups: list[batching.Group] = []
-    seen = equal = tokens = 0
+    seen = equal = tokens = unscored = 0
     t_generate = t_score = 0.0
     verdicts: Counter[str] = Counter()
     for _ in range(algo.max_topup_rounds + 1):
@@ -104,6 +106,7 @@ def collect(
         scored = score(flat_problems, flat_samples)
         t_score += time.perf_counter() - t0
         verdicts.update(v.status for s in scored for v in s.verdicts)
+        unscored += sum(s.reward is None for s in scored)
         G = algo.group_size
         new = [batching.Group(i, scored[k * G : (k + 1) * G]) for k, i in enumerate(indices)]
         informative, flat = batching.split_informative(new)
@@ -114,6 +117,7 @@ def collect(
             break
     metrics = {
         "train/all_equal_frac": equal / max(seen, 1),
+        "train/unscored": float(unscored),
         "perf/time_generate": t_generate,
         "perf/time_reward": t_score,
         "perf/rollout_tokens_per_s": tokens / t_generate if t_generate > 0 else 0.0,
