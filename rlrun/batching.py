@@ -22,6 +22,8 @@ from rlrun.algo import (
     LossNorm,
     filter_equal_groups,
     group_advantages,
+    normalize_then_sum_advantages,
+    normalized_sum,
     plan_minibatches,
     scale_negative,
 )
@@ -74,12 +76,48 @@ def rewards_tensor(groups: list[Group]) -> torch.Tensor:
     )
 
 
-def split_informative(groups: list[Group]) -> tuple[list[Group], list[Group]]:
+def components_tensor(
+    groups: list[Group], weights: dict[str, float]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reward components named in `weights` as [B, G, K], and their weights [K].
+
+    NaN where a component gave no score, and for every component of an unscored sample (it
+    takes no part in any group statistic).
+    """
+    names, nan = list(weights), math.nan
+    components = torch.tensor(
+        [
+            [
+                [nan] * len(names) if s.reward is None
+                else [nan if (c := s.components.get(n)) is None else c for n in names]
+                for s in g.scored
+            ]
+            for g in groups
+        ],
+        dtype=torch.float32,
+    )
+    return components, torch.tensor([weights[n] for n in names])
+
+
+def group_rewards(groups: list[Group], weights: dict[str, float] | None = None) -> torch.Tensor:
+    """[B, G]: the rewards whose spread within a group is its learning signal, NaN where unscored.
+
+    With `weights` (`reward.aggregation: normalize_then_sum`, one weight per component name) the
+    weighted sum of each sample's components z-scored within the group; without, the rewards.
+    """
+    if weights is None:
+        return rewards_tensor(groups)
+    return normalized_sum(*components_tensor(groups, weights))
+
+
+def split_informative(
+    groups: list[Group], weights: dict[str, float] | None = None
+) -> tuple[list[Group], list[Group]]:
     """(groups with a reward spread, groups without: all scored rewards equal or fewer than two
-    scored)."""
+    scored); `weights` as in `group_rewards`."""
     if not groups:
         return [], []
-    keep = filter_equal_groups(rewards_tensor(groups)).tolist()  # [B]
+    keep = filter_equal_groups(group_rewards(groups, weights)).tolist()  # [B]
     pairs = list(zip(groups, keep, strict=True))
     return [g for g, k in pairs if k], [g for g, k in pairs if not k]
 
@@ -103,13 +141,23 @@ def trim_groups(groups: list[Group], parts: int) -> list[Group]:
 
 
 def to_train_samples(
-    groups: list[Group], scale_rewards: str, negative_scale: float = 1.0
+    groups: list[Group],
+    scale_rewards: str,
+    negative_scale: float = 1.0,
+    weights: dict[str, float] | None = None,
 ) -> list[TrainSample]:
     """Flatten groups into samples carrying their group-relative advantage, negative
-    advantages multiplied by `negative_scale`."""
+    advantages multiplied by `negative_scale`.
+
+    With `weights` (`reward.aggregation: normalize_then_sum`, one weight per component name) the
+    advantages are TRL's normalize_then_sum of the components and `scale_rewards` does not apply.
+    """
     if not groups:
         return []
-    adv = group_advantages(rewards_tensor(groups), scale_rewards)  # [B, G]
+    if weights is None:
+        adv = group_advantages(rewards_tensor(groups), scale_rewards)  # [B, G]
+    else:
+        adv = normalize_then_sum_advantages(*components_tensor(groups, weights))  # [B, G]
     adv = scale_negative(adv, negative_scale)
     out = []
     for g, row in zip(groups, adv.tolist(), strict=True):

@@ -24,6 +24,10 @@ A reward may leave a completion unscored (TRL's convention: a reward function re
 NaN in the tensors). As in TRL, group means and stds are taken over the scored completions only
 (`torch.nanmean` and TRL's `nanstd`), an unscored completion gets advantage 0, and so does every
 completion of a group with fewer than two scored ones: one score has nothing to be compared with.
+
+`normalize_then_sum_advantages` is TRL's `multi_objective_aggregation="normalize_then_sum"`
+(GDPO, https://arxiv.org/abs/2601.05242): each reward component is z-scored within its group,
+the weighted sum of those z-scores is z-scored over the whole batch, and `scale` does not apply.
 """
 
 from __future__ import annotations
@@ -80,6 +84,35 @@ def nanstd(x: Tensor, dim: int | None = None) -> Tensor:
     count = torch.sum(~torch.isnan(x), dim=dim, keepdim=True)
     correction = torch.where(count > 1, count / (count - 1), torch.full_like(variance, torch.nan))
     return torch.sqrt(variance * correction)
+
+
+def normalized_sum(components: Tensor, weights: Tensor) -> Tensor:
+    """Per-group normalised, weighted sum of reward components: [B, G, K], [K] -> [B, G].
+
+    Each component is z-scored within its group over the completions it scored (NaN: not
+    scored), then the z-scores are summed with `weights`, a component that did not score a
+    completion adding nothing. A completion no component scored stays NaN.
+    """
+    if components.dim() != 3 or weights.shape != components.shape[2:]:
+        raise ValueError(
+            f"components must be [B, G, K] and weights [K]: {list(components.shape)}, "
+            f"{list(weights.shape)}"
+        )
+    components = components.float()
+    mean = torch.nanmean(components, dim=1, keepdim=True)  # [B, 1, K]
+    std = nanstd(components, dim=1) if components.shape[1] > 1 else torch.zeros_like(mean)
+    z = (components - mean) / (std + STD_EPS)  # [B, G, K]
+    total = (z * weights.float()).nansum(dim=2)  # [B, G]
+    return total.masked_fill(torch.isnan(components).all(dim=2), torch.nan)
+
+
+def normalize_then_sum_advantages(components: Tensor, weights: Tensor) -> Tensor:
+    """Advantages under TRL's `multi_objective_aggregation="normalize_then_sum"`:
+    [B, G, K], [K] -> [B, G], the `normalized_sum` z-scored over the whole batch."""
+    total = normalized_sum(components, weights)  # [B, G]
+    std = nanstd(total) if total.numel() > 1 else torch.zeros_like(total)
+    advantages = (total - torch.nanmean(total)) / (std + STD_EPS)
+    return torch.nan_to_num(advantages, nan=0.0)
 
 
 def scale_negative(advantages: Tensor, factor: float) -> Tensor:

@@ -162,3 +162,8 @@ def build_reward(cfg: Config, judge: JudgeFn | None) -> Reward:
         terms.append(_Term(rfn.name, rfn.weight, rfn.fn, fn))
     return Reward(cfg, judge, terms)
 
+
+def component_weights(cfg: Config) -> dict[str, float]:
+    """The weight of every reward component by name: each `reward.fns` entry's, and 1 for each
+    shaping term (TRL's `reward_weights`, the shaping terms being reward functions of their own)."""
+    return {f.name: f.weight for f in cfg.reward.fns} | dict.fromkeys(SHAPING_NAMES, 1.0)

@@ -159,13 +159,14 @@ def _scored_groups() -> list[batching.Group]:
     return groups
 
 
-def test_advantages_do_not_depend_on_the_learner_world_size() -> None:
+@pytest.mark.parametrize("aggregation", ["sum", "normalize_then_sum"])
+def test_advantages_do_not_depend_on_the_learner_world_size(aggregation: str) -> None:
     rollout = step.Rollout(_scored_groups(), data_position=0)
     seen = []
     for world in (1, 2, 4):
         cfg = load_config(None, [
             "algo.group_size=4", "algo.prompts_per_step=8", "algo.mini_batches=2", "algo.epochs=2",
-            f"learner.num_workers={world}",
+            f"learner.num_workers={world}", f"reward.aggregation={aggregation}",
             "reward.fns=[{name: correctness, weight: 1.0}, {name: brevity, fn: 'm:f', "
             "weight: 0.1}]",
         ])
