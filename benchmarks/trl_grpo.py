@@ -72,6 +72,11 @@ def grpo_args(cfg: Config, output_dir: str) -> Any:
             "algo.filter_equal_groups=true draws extra prompts TRL has no equivalent for; set it "
             "to false for this benchmark"
         )
+    if cfg.reward.aggregation != "sum":
+        raise ValueError(
+            f"reward.aggregation={cfg.reward.aggregation}: this benchmark hands TRL rlrun's "
+            "summed reward as one reward function, so set reward.aggregation=sum"
+        )
     if algo.negative_advantage_scale != 1.0:
         raise ValueError(
             "algo.negative_advantage_scale is not 1: TRL has no equivalent, so set it to 1 for "

@@ -1,7 +1,8 @@
 """From scored groups of completions to the per-rank shards a learner step consumes.
 
 A step (`rlrun.step`) collects groups (the G scored completions of one prompt), drops groups
-that are too stale for `algo.max_staleness`, computes group advantages, and cuts the batch into
+that are too stale for `algo.max_staleness`, computes group advantages over the whole batch
+(before any sharding, so they do not depend on the learner world size), and cuts the batch into
 `algo.epochs * algo.mini_batches` optimizer updates, each split into `learner.num_workers`
 equal, contiguous rank shares. The loss normaliser of every update is computed over the whole
 update (all ranks), so the per-rank losses add up to the global loss whatever the world size.
@@ -11,6 +12,7 @@ Notation used for tensor shapes: B groups (prompts), G completions per group.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +22,8 @@ from rlrun.algo import (
     LossNorm,
     filter_equal_groups,
     group_advantages,
+    normalize_then_sum_advantages,
+    normalized_sum,
     plan_minibatches,
     scale_negative,
 )
@@ -65,15 +69,55 @@ class Shard:
 
 
 def rewards_tensor(groups: list[Group]) -> torch.Tensor:
-    """Rewards as [B, G]."""
-    return torch.tensor([[s.reward for s in g.scored] for g in groups], dtype=torch.float32)
+    """Rewards as [B, G]; NaN for an unscored sample."""
+    return torch.tensor(
+        [[math.nan if s.reward is None else s.reward for s in g.scored] for g in groups],
+        dtype=torch.float32,
+    )
 
 
-def split_informative(groups: list[Group]) -> tuple[list[Group], list[Group]]:
-    """(groups with a reward spread, groups whose rewards are all equal)."""
+def components_tensor(
+    groups: list[Group], weights: dict[str, float]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reward components named in `weights` as [B, G, K], and their weights [K].
+
+    NaN where a component gave no score, and for every component of an unscored sample (it
+    takes no part in any group statistic).
+    """
+    names, nan = list(weights), math.nan
+    components = torch.tensor(
+        [
+            [
+                [nan] * len(names) if s.reward is None
+                else [nan if (c := s.components.get(n)) is None else c for n in names]
+                for s in g.scored
+            ]
+            for g in groups
+        ],
+        dtype=torch.float32,
+    )
+    return components, torch.tensor([weights[n] for n in names])
+
+
+def group_rewards(groups: list[Group], weights: dict[str, float] | None = None) -> torch.Tensor:
+    """[B, G]: the rewards whose spread within a group is its learning signal, NaN where unscored.
+
+    With `weights` (`reward.aggregation: normalize_then_sum`, one weight per component name) the
+    weighted sum of each sample's components z-scored within the group; without, the rewards.
+    """
+    if weights is None:
+        return rewards_tensor(groups)
+    return normalized_sum(*components_tensor(groups, weights))
+
+
+def split_informative(
+    groups: list[Group], weights: dict[str, float] | None = None
+) -> tuple[list[Group], list[Group]]:
+    """(groups with a reward spread, groups without: all scored rewards equal or fewer than two
+    scored); `weights` as in `group_rewards`."""
     if not groups:
         return [], []
-    keep = filter_equal_groups(rewards_tensor(groups)).tolist()  # [B]
+    keep = filter_equal_groups(group_rewards(groups, weights)).tolist()  # [B]
     pairs = list(zip(groups, keep, strict=True))
     return [g for g, k in pairs if k], [g for g, k in pairs if not k]
 
@@ -97,13 +141,23 @@ def trim_groups(groups: list[Group], parts: int) -> list[Group]:
 
 
 def to_train_samples(
-    groups: list[Group], scale_rewards: str, negative_scale: float = 1.0
+    groups: list[Group],
+    scale_rewards: str,
+    negative_scale: float = 1.0,
+    weights: dict[str, float] | None = None,
 ) -> list[TrainSample]:
     """Flatten groups into samples carrying their group-relative advantage, negative
-    advantages multiplied by `negative_scale`."""
+    advantages multiplied by `negative_scale`.
+
+    With `weights` (`reward.aggregation: normalize_then_sum`, one weight per component name) the
+    advantages are TRL's normalize_then_sum of the components and `scale_rewards` does not apply.
+    """
     if not groups:
         return []
-    adv = group_advantages(rewards_tensor(groups), scale_rewards)  # [B, G]
+    if weights is None:
+        adv = group_advantages(rewards_tensor(groups), scale_rewards)  # [B, G]
+    else:
+        adv = normalize_then_sum_advantages(*components_tensor(groups, weights))  # [B, G]
     adv = scale_negative(adv, negative_scale)
     out = []
     for g, row in zip(groups, adv.tolist(), strict=True):
@@ -151,16 +205,19 @@ def make_shards(
 
 
 def batch_metrics(groups: list[Group], version: int) -> dict[str, float]:
-    """Reward, response-length and staleness statistics of the groups trained on."""
+    """Reward, response-length and staleness statistics of the groups trained on. Reward
+    statistics leave out what was not scored (TRL's nanmean): the unscored samples for the
+    reward, and for each component the samples it gave no score."""
     scored = [s for g in groups for s in g.scored]
     if not scored:
         return {}
-    rewards = np.array([s.reward for s in scored], dtype=np.float64)
+    rewards = np.array([s.reward for s in scored if s.reward is not None], dtype=np.float64)
     lengths = np.array([len(s.sample.response_ids) for s in scored], dtype=np.float64)
     staleness = np.array([version - s.sample.weight_version for s in scored], dtype=np.float64)
-    metrics = {
-        "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std()),
+    metrics: dict[str, float] = {}
+    if len(rewards):
+        metrics |= {"reward/mean": float(rewards.mean()), "reward/std": float(rewards.std())}
+    metrics |= {
         "response/len_mean": float(lengths.mean()),
         "response/len_max": float(lengths.max()),
         "response/truncated_frac": float(
@@ -171,9 +228,14 @@ def batch_metrics(groups: list[Group], version: int) -> dict[str, float]:
     }
     names = sorted({name for s in scored for name in s.components})
     for name in names:
-        metrics[f"reward/{name}"] = float(np.mean([s.components.get(name, 0.0) for s in scored]))
-    if "correctness" in names:
-        metrics["train/accuracy"] = float(
-            np.mean([s.components.get("correctness", 0.0) >= 1.0 for s in scored])
-        )
+        values = _scores(scored, name)
+        if values:
+            metrics[f"reward/{name}"] = float(np.mean(values))
+    if correct := _scores(scored, "correctness"):
+        metrics["train/accuracy"] = float(np.mean([c >= 1.0 for c in correct]))
     return metrics
+
+
+def _scores(scored: list[ScoredSample], name: str) -> list[float]:
+    # A sample without the component counts as 0, as it adds 0 to the reward; None is no score.
+    return [c for s in scored if (c := s.components.get(name, 0.0)) is not None]

@@ -235,6 +235,7 @@ class RewardConfig:
     no_code_reward: float = 0.0  # reward when no code block is found (CodeFu: -1)
     compile_error_reward: float = 0.0  # reward on a compile error (CodeFu: -0.5)
     fns: list[RewardFnConfig] = field(default_factory=lambda: [RewardFnConfig()])
+    aggregation: str = "sum"  # sum (weighted sum, then algo.scale_rewards) | normalize_then_sum (z-score each component per group, weighted sum, z-score over the batch)
     shaping: ShapingConfig = field(default_factory=ShapingConfig)
     audit_before_training: bool = False  # run check-rewards on a sample before step 0
     audit_limit: int = 64  # problems the pre-training audit uses
@@ -337,6 +338,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "sandbox.backend": ("process", "docker", "bwrap"),
     "reward.math_extractor": ("strict", "flexible", "boxed", "math_verify"),
     "reward.code_scoring": ("fraction", "all_or_nothing"),
+    "reward.aggregation": ("sum", "normalize_then_sum"),
     "trainer.early_stopping.mode": ("max", "min"),
     "metrics.progress": ("auto", "bar", "off"),
 }
@@ -462,6 +464,12 @@ def validate(cfg: Config | DictConfig) -> None:
             _fail(f"reward.fns[{i}].fn", rfn.fn, "use builtin or module:function")
     if not cfg.reward.fns:
         _fail("reward.fns", [], "at least one reward function is needed")
+    if cfg.reward.aggregation == "normalize_then_sum" and algo.scale_rewards != "group":
+        _fail(
+            "algo.scale_rewards", algo.scale_rewards,
+            "reward.aggregation=normalize_then_sum scales by the std of each component in its "
+            "group and of the batch itself (TRL ignores scale_rewards there): leave it at group",
+        )
 
 
 # What validation logs under val/ (and val/<kind>/ on a mixed set): `rlrun.evaluation`.

@@ -9,6 +9,8 @@ Definitions (docs/metrics.md carries the same):
   are correct (the unbiased pass@1); with no samples, the greedy accuracy.
 - greedy_accuracy: fraction of problems whose greedy (temperature 0) completion is correct.
 - pass@k: mean over problems of 1 - C(n-c, k) / C(n, k) (Chen et al. 2021), from the samples.
+- A completion the reward could not score (a sandbox failure) counts as not correct, and is
+  left out of reward_mean.
 - A problem counts as solved when its greedy completion is correct (if greedy ran), otherwise
   when at least half of its samples are; `compare` lists problems whose solved state flipped.
 """
@@ -34,7 +36,7 @@ class Outcome(NamedTuple):
     """How one completion scored."""
 
     correct: bool
-    reward: float
+    reward: float | None  # None: the reward could not score it
 
 
 # generate(prompts, n, greedy) -> n completions per prompt (str or rlrun.records.Sample)
@@ -53,7 +55,7 @@ class ProblemResult:
     difficulty: str | None = None
     n: int = 0  # sampled completions
     correct: int = 0  # correct among them (c)
-    rewards: list[float] = field(default_factory=list)
+    rewards: list[float | None] = field(default_factory=list)  # None: unscored
     responses: list[str] = field(default_factory=list)
     greedy_correct: bool | None = None
     greedy_reward: float | None = None
@@ -150,13 +152,20 @@ def aggregate(results: Sequence[ProblemResult], k_list: Sequence[int]) -> dict[s
         out["greedy_accuracy"] = fmean(float(r.greedy_correct) for r in greedy)
     if sampled:
         out["accuracy"] = fmean(r.correct / r.n for r in sampled)
-        out["reward_mean"] = fmean(fmean(r.rewards) for r in sampled)
+        means = [fmean(scored) for r in sampled if (scored := _scored(r.rewards))]
+        if means:
+            out["reward_mean"] = fmean(means)
         for k in k_list:
             out[f"pass@{k}"] = fmean(r.pass_at[k] for r in sampled)
     elif greedy:
         out["accuracy"] = out["greedy_accuracy"]
-        out["reward_mean"] = fmean(float(r.greedy_reward or 0.0) for r in greedy)
+        if scored := _scored([r.greedy_reward for r in greedy]):
+            out["reward_mean"] = fmean(scored)
     return out
+
+
+def _scored(rewards: list[float | None]) -> list[float]:
+    return [r for r in rewards if r is not None]
 
 
 def _text(completion: Any) -> str:
@@ -212,7 +221,7 @@ def evaluate(
             _check_shape("score(greedy)", outcomes, len(batch), 1)
             for row, comps, outs in zip(rows, done, outcomes, strict=True):
                 row.greedy_correct = bool(outs[0].correct)
-                row.greedy_reward = float(outs[0].reward)
+                row.greedy_reward = _float(outs[0].reward)
                 row.greedy_response = _text(comps[0])
         if samples:
             done = generate(prompts, samples, False)
@@ -222,11 +231,15 @@ def evaluate(
             for row, comps, outs in zip(rows, done, outcomes, strict=True):
                 row.n = samples
                 row.correct = sum(bool(o.correct) for o in outs)
-                row.rewards = [float(o.reward) for o in outs]
+                row.rewards = [_float(o.reward) for o in outs]
                 row.responses = [_text(c) for c in comps]
                 row.pass_at = {k: pass_at_k(row.n, row.correct, k) for k in k_list}
         results.extend(rows)
     return EvalResult(results, k_list if samples else [], samples, greedy, seed)
+
+
+def _float(reward: float | None) -> float | None:
+    return None if reward is None else float(reward)
 
 
 def sampling_generate(
@@ -267,7 +280,8 @@ def _blank(problem: Problem) -> ProblemResult:
 
 def reward_scorer(reward: Any, correct_component: str = "correctness") -> ScoreFn:
     """A `score` callable over a `rlrun.rewards` Reward: a completion is correct when its
-    `correct_component` component is 1 (all tests passed / the answer matches)."""
+    `correct_component` component is 1 (all tests passed / the answer matches); one the
+    component could not score (a sandbox failure) is not correct."""
 
     def score(problems: list[Problem], completions: list[list[Any]]) -> list[list[Outcome]]:
         flat_problems: list[Problem] = []
@@ -285,7 +299,8 @@ def reward_scorer(reward: Any, correct_component: str = "correctness") -> ScoreF
                     f"{', '.join(s.components) or 'none'}): accuracy needs a builtin reward.fns "
                     "entry (fn: builtin)"
                 )
-            outcomes.append(Outcome(s.components[correct_component] >= 1.0 - 1e-9, s.reward))
+            value = s.components[correct_component]
+            outcomes.append(Outcome(value is not None and value >= 1.0 - 1e-9, s.reward))
         out, i = [], 0
         for comps in completions:
             out.append(outcomes[i : i + len(comps)])

@@ -165,9 +165,13 @@ class Sample:
 
 @dataclass
 class ScoredSample:
-    """A sample with its total reward, the components that made it up, and code verdicts."""
+    """A sample with its total reward, the components that made it up, and code verdicts.
+
+    None is no score (TRL's convention): a component that does not apply to the sample, and a
+    `reward` the sample could not be given (see `rlrun.rewards.reward`).
+    """
 
     sample: Sample
-    reward: float
-    components: dict[str, float] = field(default_factory=dict)
+    reward: float | None
+    components: dict[str, float | None] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)

@@ -6,10 +6,12 @@ The driver (`rlrun.training`) runs a step as
 2. generate  `algo.group_size` completions per prompt with the `generate` it is handed (the
              rollout actors);
 3. score     them with the `score` it is handed (the reward: sandbox for code, verifier for
-             math); with `algo.filter_equal_groups`, groups whose rewards are all equal are
-             dropped and more prompts drawn, up to `algo.max_topup_rounds` times;
+             math); with `algo.filter_equal_groups`, groups whose rewards are all equal (or
+             with fewer than two scored samples) are dropped and more prompts drawn, up to
+             `algo.max_topup_rounds` times;
 4. batch     drop groups more than `algo.max_staleness` versions old, compute group-relative
-             advantages, and cut the batch into one shard per learner rank;
+             advantages over the whole batch, and cut the batch into one shard per learner
+             rank (so the advantages are the same whatever the number of ranks);
 
 then hands the shards to the learner and the new weights to the rollout actors. Steps 1-3 are
 `collect`, step 4 is `make_batch`; `step_metrics` and `sample_rows` turn a finished step into
@@ -31,6 +33,7 @@ from rlrun.config import Config
 from rlrun.data_order import DataOrder
 from rlrun.engines.base import SamplingParams
 from rlrun.records import VERDICT_STATUSES, Problem, Sample, ScoredSample
+from rlrun.rewards.reward import component_weights
 
 # generate(prompts, sampling) -> sampling.n samples per prompt, in prompt order
 GenerateFn = Callable[[list[str], SamplingParams], list[list[Sample]]]
@@ -63,6 +66,12 @@ def sampling_seed(seed: int, data_position: int) -> int:
     return seed * 1_000_003 + data_position
 
 
+def normalize_weights(cfg: Config) -> dict[str, float] | None:
+    """The component weights to normalize then sum with (`reward.aggregation:
+    normalize_then_sum`); None under `sum`, where each sample's reward is already the sum."""
+    return component_weights(cfg) if cfg.reward.aggregation == "normalize_then_sum" else None
+
+
 def collect(
     problems: list[Problem],
     prompts: list[str],
@@ -75,9 +84,9 @@ def collect(
     """Steps 1-3: draw, generate and score until the batch holds `algo.prompts_per_step`
     groups (or the top-up rounds run out). `prompts[i]` is the rendered prompt of
     `problems[i]`; `judges_code` adds the sandbox verdict counts to the metrics."""
-    algo = cfg.algo
+    algo, weights = cfg.algo, normalize_weights(cfg)
     groups: list[batching.Group] = []
-    seen = equal = tokens = 0
+    seen = equal = tokens = unscored = 0
     t_generate = t_score = 0.0
     verdicts: Counter[str] = Counter()
     for _ in range(algo.max_topup_rounds + 1):
@@ -104,9 +113,10 @@ def collect(
         scored = score(flat_problems, flat_samples)
         t_score += time.perf_counter() - t0
         verdicts.update(v.status for s in scored for v in s.verdicts)
+        unscored += sum(s.reward is None for s in scored)
         G = algo.group_size
         new = [batching.Group(i, scored[k * G : (k + 1) * G]) for k, i in enumerate(indices)]
-        informative, flat = batching.split_informative(new)
+        informative, flat = batching.split_informative(new, weights)
         seen += len(new)
         equal += len(flat)
         groups += informative if algo.filter_equal_groups else new
@@ -114,6 +124,7 @@ def collect(
             break
     metrics = {
         "train/all_equal_frac": equal / max(seen, 1),
+        "train/unscored": float(unscored),
         "perf/time_generate": t_generate,
         "perf/time_reward": t_score,
         "perf/rollout_tokens_per_s": tokens / t_generate if t_generate > 0 else 0.0,
@@ -130,7 +141,9 @@ def make_batch(rollout: Rollout, version: int, step: int, cfg: Config) -> Batch:
     algo, world = cfg.algo, cfg.learner.num_workers
     groups, dropped = batching.drop_stale(rollout.groups, version, algo.max_staleness)
     groups = batching.trim_groups(groups, algo.mini_batches * world)
-    samples = batching.to_train_samples(groups, algo.scale_rewards, algo.negative_advantage_scale)
+    samples = batching.to_train_samples(
+        groups, algo.scale_rewards, algo.negative_advantage_scale, normalize_weights(cfg)
+    )
     if not samples:
         return Batch(groups, samples, [batching.Shard([]) for _ in range(world)], dropped)
     shards = batching.make_shards(

@@ -5,7 +5,13 @@ No Ray and no model code here: the learner computes log-probs and calls these fu
 docs/algorithms.md for the mapping of every option to TRL's GRPOConfig and veRL.
 """
 
-from rlrun.algo.advantages import filter_equal_groups, group_advantages, scale_negative
+from rlrun.algo.advantages import (
+    filter_equal_groups,
+    group_advantages,
+    normalize_then_sum_advantages,
+    normalized_sum,
+    scale_negative,
+)
 from rlrun.algo.grpo import (
     LOSS_AGGREGATIONS,
     LossNorm,
@@ -53,6 +59,8 @@ __all__ = [
     "kl_k2",
     "kl_k3",
     "merge_metrics",
+    "normalize_then_sum_advantages",
+    "normalized_sum",
     "off_policy_mask",
     "plan_minibatches",
     "sapo_policy_loss",

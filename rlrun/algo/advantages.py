@@ -19,6 +19,15 @@ A large model's prior puts that mass somewhere sensible; a small or barely train
 spreads it over junk, and the run collapses. A factor below 1 keeps the gradient's sign pattern
 and damps only the push down. 1 is GRPO; 0 keeps only the better-than-group samples, as
 RAFT-style rejection sampling does.
+
+A reward may leave a completion unscored (TRL's convention: a reward function returns None, here
+NaN in the tensors). As in TRL, group means and stds are taken over the scored completions only
+(`torch.nanmean` and TRL's `nanstd`), an unscored completion gets advantage 0, and so does every
+completion of a group with fewer than two scored ones: one score has nothing to be compared with.
+
+`normalize_then_sum_advantages` is TRL's `multi_objective_aggregation="normalize_then_sum"`
+(GDPO, https://arxiv.org/abs/2601.05242): each reward component is z-scored within its group,
+the weighted sum of those z-scores is z-scored over the whole batch, and `scale` does not apply.
 """
 
 from __future__ import annotations
@@ -33,13 +42,15 @@ def group_advantages(rewards: Tensor, scale: str) -> Tensor:
     """Advantages of each completion against its own group: [B, G] -> [B, G].
 
     scale: "group" divides by each group's std (GRPO), "batch" by the std of all B*G rewards,
-    "none" only subtracts the group mean (Dr. GRPO).
+    "none" only subtracts the group mean (Dr. GRPO). A NaN reward marks an unscored completion.
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [B, G] (prompts x completions): {list(rewards.shape)}")
     if scale not in ("group", "batch", "none"):
         raise ValueError(f"algo.scale_rewards={scale!r}: choose one of group, batch, none")
     rewards = rewards.float()
+    if torch.isnan(rewards).any():
+        return _advantages_with_unscored(rewards, scale)
     centred = rewards - rewards.mean(dim=1, keepdim=True)  # [B, G]
     if scale == "none" or rewards.numel() == 1 or (scale == "group" and rewards.shape[1] == 1):
         return centred  # a single reward has no std; its centred advantage is already 0 (as in TRL)
@@ -48,6 +59,60 @@ def group_advantages(rewards: Tensor, scale: str) -> Tensor:
     else:
         std = rewards.std().expand_as(rewards)  # [B, G], one std over the batch
     return centred / (std + STD_EPS)  # [B, G]
+
+
+def _advantages_with_unscored(rewards: Tensor, scale: str) -> Tensor:
+    # TRL's NaN-aware branch. Kept apart from the plain path, because nanmean / nanstd round
+    # differently from mean / std and runs where every completion is scored must not change.
+    centred = rewards - torch.nanmean(rewards, dim=1, keepdim=True)  # [B, G]
+    if scale == "none":
+        advantages = centred
+    else:
+        if scale == "group":
+            std = nanstd(rewards, dim=1) if rewards.shape[1] > 1 else torch.zeros_like(rewards)
+        else:
+            std = nanstd(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+        advantages = centred / (std + STD_EPS)  # [B, G]
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+def nanstd(x: Tensor, dim: int | None = None) -> Tensor:
+    """Unbiased std over the non-NaN entries along `dim` (all entries when None), dimensions
+    kept; NaN where fewer than two entries are not NaN. TRL's `trl.trainer.utils.nanstd`."""
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    variance = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
+    count = torch.sum(~torch.isnan(x), dim=dim, keepdim=True)
+    correction = torch.where(count > 1, count / (count - 1), torch.full_like(variance, torch.nan))
+    return torch.sqrt(variance * correction)
+
+
+def normalized_sum(components: Tensor, weights: Tensor) -> Tensor:
+    """Per-group normalised, weighted sum of reward components: [B, G, K], [K] -> [B, G].
+
+    Each component is z-scored within its group over the completions it scored (NaN: not
+    scored), then the z-scores are summed with `weights`, a component that did not score a
+    completion adding nothing. A completion no component scored stays NaN.
+    """
+    if components.dim() != 3 or weights.shape != components.shape[2:]:
+        raise ValueError(
+            f"components must be [B, G, K] and weights [K]: {list(components.shape)}, "
+            f"{list(weights.shape)}"
+        )
+    components = components.float()
+    mean = torch.nanmean(components, dim=1, keepdim=True)  # [B, 1, K]
+    std = nanstd(components, dim=1) if components.shape[1] > 1 else torch.zeros_like(mean)
+    z = (components - mean) / (std + STD_EPS)  # [B, G, K]
+    total = (z * weights.float()).nansum(dim=2)  # [B, G]
+    return total.masked_fill(torch.isnan(components).all(dim=2), torch.nan)
+
+
+def normalize_then_sum_advantages(components: Tensor, weights: Tensor) -> Tensor:
+    """Advantages under TRL's `multi_objective_aggregation="normalize_then_sum"`:
+    [B, G, K], [K] -> [B, G], the `normalized_sum` z-scored over the whole batch."""
+    total = normalized_sum(components, weights)  # [B, G]
+    std = nanstd(total) if total.numel() > 1 else torch.zeros_like(total)
+    advantages = (total - torch.nanmean(total)) / (std + STD_EPS)
+    return torch.nan_to_num(advantages, nan=0.0)
 
 
 def scale_negative(advantages: Tensor, factor: float) -> Tensor:
@@ -60,12 +125,16 @@ def scale_negative(advantages: Tensor, factor: float) -> Tensor:
 
 
 def filter_equal_groups(rewards: Tensor) -> Tensor:
-    """Keep mask [B] (bool): False for groups whose G rewards are all exactly equal.
+    """Keep mask [B] (bool): False for groups whose scored rewards are all exactly equal, or
+    that have fewer than two scored rewards (NaN: unscored).
 
     Such a group has zero advantage for every completion under any `scale`, so it adds no
     policy gradient and only dilutes the token count (DAPO's dynamic sampling drops them).
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [B, G] (prompts x completions): {list(rewards.shape)}")
-    return (rewards != rewards[:, :1]).any(dim=1)  # [B]
+    unscored = torch.isnan(rewards)  # [B, G]
+    high = rewards.masked_fill(unscored, -torch.inf).amax(dim=1)  # [B]
+    low = rewards.masked_fill(unscored, torch.inf).amin(dim=1)  # [B]
+    return ((~unscored).sum(dim=1) >= 2) & (high > low)  # [B]
 

@@ -90,14 +90,20 @@ def _sample_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return [
         [r["step"], _esc(r["problem_id"]), float(r["reward"]),
          f"<pre>{_esc(_clip(r['prompt']))}</pre>", f"<pre>{_esc(_clip(r['response']))}</pre>",
-         _esc(", ".join(f"{k}={v:.3g}" for k, v in (r.get("components") or {}).items()))]
+         _esc(", ".join(f"{k}={_number(v)}" for k, v in (r.get("components") or {}).items()))]
         for r in rows
     ]
 
 
+def _number(value: float | None) -> str:
+    return "none" if value is None else f"{value:.3g}"
+
+
 def pick_samples(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Best and worst completions of the last logged step, and per most-improved problem the
-    best completion of its last step (with `first_reward`: its mean reward when first seen)."""
+    best completion of its last step (with `first_reward`: its mean reward when first seen).
+    Completions the reward could not score (reward null) are not ranked."""
+    rows = [r for r in rows if r["reward"] is not None]
     if not rows:
         return {"best": [], "worst": [], "most_improved": []}
     last_step = max(r["step"] for r in rows)
@@ -127,6 +133,8 @@ def _samples_html(rows: list[dict[str, Any]]) -> str:
     picked = pick_samples(rows)
     if not rows:
         return "<p>No samples.jsonl in this run.</p>"
+    if not picked["best"]:
+        return "<p>No scored sample in samples.jsonl.</p>"
     header = ["step", "problem", "reward", "prompt", "response", "components"]
     parts = [f"<h3>Best (step {picked['best'][0]['step']})</h3>",
              _table(header, _sample_rows(picked["best"])),

@@ -6,7 +6,7 @@ answers before training.
 """
 
 from rlrun.rewards.code import JudgeFn
-from rlrun.rewards.errors import RewardError, SandboxFailure
+from rlrun.rewards.errors import RewardError
 from rlrun.rewards.reward import Reward, build_reward
 
-__all__ = ["JudgeFn", "Reward", "RewardError", "SandboxFailure", "build_reward"]
+__all__ = ["JudgeFn", "Reward", "RewardError", "build_reward"]

@@ -14,8 +14,9 @@ For each problem with a reference:
   language. The wrong completion is the same program cut to the first half of its lines (a
   lone line becomes `pass`).
 
-A row passes when every `reward.fns` component reaches full marks (1.0). Shaping terms are left
-out: they judge the form of a completion, not its correctness.
+A row passes when every `reward.fns` component reaches full marks (1.0); a component that gave
+no score (None: a sandbox failure, a plug-in that does not apply) is not full marks. Shaping
+terms are left out: they judge the form of a completion, not its correctness.
 """
 
 from __future__ import annotations
@@ -213,8 +214,11 @@ def run_audit(reward: Reward, problems: list[Problem], batch_size: int = 256) ->
             report.rows.append(AuditRow(
                 problem_id=problem.id,
                 case="reference" if j % 2 == 0 else "wrong",
-                score=sum(t.weight * ev.scored.components[t.name] for t in reward.terms),
-                passed=all(s >= FULL_MARKS for s in fn_scores),
+                score=sum(
+                    t.weight * c for t in reward.terms
+                    if (c := ev.scored.components[t.name]) is not None
+                ),
+                passed=all(s is not None and s >= FULL_MARKS for s in fn_scores),
                 status=check.status if check is not None else "plugin",
                 extracted=check.extracted if check is not None else None,
                 expected=problem.answer if problem.kind == "math" else "all tests pass",

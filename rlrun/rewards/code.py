@@ -11,8 +11,9 @@ Extraction (`extract_code`), in order:
 
 An unclosed fence (a completion cut at the token limit) is not code. Scoring (`score_result`):
 `compile_error` -> `reward.compile_error_reward`; otherwise the fraction of tests passed
-(`reward.code_scoring: fraction`) or 1/0 (`all_or_nothing`). A `sandbox_error` is the judge's
-failure, not the program's: `judge_completions` raises `SandboxFailure` so the caller retries.
+(`reward.code_scoring: fraction`) or 1/0 (`all_or_nothing`). A `sandbox_error` (left after the
+sandbox's own retries) is the judge's failure, not the program's: the completion gets no score
+(None), so the step leaves it out of its group's statistics instead of training on a wrong 0.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from rlrun.config import Config
 from rlrun.records import JudgeResult, Problem, Submission
-from rlrun.rewards.errors import RewardError, SandboxFailure
+from rlrun.rewards.errors import RewardError
 
 JudgeFn = Callable[[list[Submission]], list[JudgeResult]]
 
@@ -75,21 +76,16 @@ def score_result(result: JudgeResult, scoring: str, compile_error_reward: float)
 class CodeOutcome:
     """What the code reward saw for one completion."""
 
-    score: float
+    score: float | None  # None: the sandbox failed to judge it
     code: str | None
     language: str
     result: JudgeResult | None  # None when no code was found
 
 
-def score_judged(result: JudgeResult, cfg: Config, where: str) -> float:
-    """`score_result` under `cfg.reward`, refusing to score a `sandbox_error` (`where` names it)."""
-    bad = [v for v in result.tests if v.status == "sandbox_error"]
-    if result.status == "sandbox_error" or bad:
-        detail = bad[0].detail if bad and bad[0].detail else "no detail"
-        raise SandboxFailure(
-            f"sandbox_error judging {where}: {detail} — an infrastructure fault, not the "
-            "program's; retry the batch"
-        )
+def score_judged(result: JudgeResult, cfg: Config) -> float | None:
+    """`score_result` under `cfg.reward`; None when any test hit a `sandbox_error`."""
+    if result.status == "sandbox_error" or any(v.status == "sandbox_error" for v in result.tests):
+        return None
     return score_result(result, cfg.reward.code_scoring, cfg.reward.compile_error_reward)
 
 
@@ -119,6 +115,6 @@ def judge_completions(
     if len(results) != len(subs):
         raise RewardError(f"the judge returned {len(results)} results for {len(subs)} submissions")
     for i, result in zip(where, results, strict=True):
-        outcomes[i].score = score_judged(result, cfg, f"sample {i} (problem {problems[i].id})")
+        outcomes[i].score = score_judged(result, cfg)
         outcomes[i].result = result
     return outcomes

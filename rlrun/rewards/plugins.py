@@ -3,9 +3,10 @@
 The signature is TRL's: `fn(completions, **kwargs) -> list[float]`, sync or `async def`. The
 kwargs are the batch's columns, one list entry per completion: `prompts`, `completion_ids`, and
 every Problem field but the prompt (`id`, `answer`, `kind`, `tests`, `language`, `reference`,
-`meta`, ...). A function that raises, returns a list of the wrong length, or returns a value that
-is not a finite number (None, NaN, inf, a string) raises `RewardError` naming the function and
-the offending sample; a failing batch is re-run one sample at a time to find which sample broke.
+`meta`, ...). A value may be None, TRL's "this function does not score this completion". A
+function that raises, returns a list of the wrong length, or returns a value that is neither a
+finite number nor None (NaN, inf, a string) raises `RewardError` naming the function and the
+offending sample; a failing batch is re-run one sample at a time to find which sample broke.
 """
 
 from __future__ import annotations
@@ -134,8 +135,9 @@ def _describe(index: int, problems: list[Problem]) -> str:
 
 def call_plugin(
     fn: RewardFn, spec: str, problems: list[Problem], samples: list[Sample]
-) -> list[float]:
-    """Call a plug-in on a batch and return one finite float per sample, or raise RewardError."""
+) -> list[float | None]:
+    """Call a plug-in on a batch and return one finite float or None per sample, or raise
+    RewardError."""
     completions = [s.response_text for s in samples]
     kwargs = plugin_kwargs(problems, samples)
     try:
@@ -153,20 +155,23 @@ def call_plugin(
             f"reward function {spec!r} returned {len(values)} values for {len(samples)} "
             "completions; it must return one float per completion"
         )
-    scores: list[float] = []
+    scores: list[float | None] = []
     for i, value in enumerate(values):
+        if value is None:  # TRL's convention: the function does not score this completion
+            scores.append(None)
+            continue
         number = _as_float(value)
         if number is None:
             raise RewardError(
                 f"reward function {spec!r} returned {value!r} for {_describe(i, problems)}; "
-                "every reward must be a finite number"
+                "every reward must be a finite number, or None for a completion it does not score"
             )
         scores.append(number)
     return scores
 
 
 def _as_float(value: Any) -> float | None:
-    if value is None or isinstance(value, (str, bytes)):
+    if isinstance(value, (str, bytes)):
         return None
     try:
         number = float(value)

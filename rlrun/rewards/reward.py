@@ -5,6 +5,11 @@
 `name`, and `length` / `overlong` / `format` when enabled) and whose `reward` is
 sum(weight * fn component) + sum(shaping components). The builtin correctness is the math
 verifier for `kind: math` problems and the sandbox judge for `kind: code` problems.
+
+A component is None where it gives no score (TRL's convention for a reward function): it adds
+nothing to the sum. The sample's `reward` is None (unscored) when no component scored it, or when
+the builtin check could not judge it (a `sandbox_error`): its correctness is then unknown, not
+inapplicable, so the other components must not stand in for it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ SHAPING_NAMES: tuple[str, ...] = ("length", "overlong", "format")
 class Correctness:
     """The builtin check of one sample, with what an audit needs to explain it."""
 
-    score: float
+    score: float | None  # None: the sandbox failed to judge the program
     extracted: str | None  # the math answer or code that was read; None: nothing found
     status: str  # math: correct | wrong | no_answer | timeout; code: a verdict status or no_code
     verdicts: list[Verdict]
@@ -77,7 +82,7 @@ class Reward:
                 )
         needs_builtin = any(t.fn is None for t in self.terms)
         builtin = self.correctness(problems, samples) if needs_builtin else None
-        columns: dict[str, list[float]] = {}
+        columns: dict[str, list[float | None]] = {}
         for t in self.terms:
             if t.fn is None:
                 assert builtin is not None
@@ -86,14 +91,20 @@ class Reward:
                 columns[t.name] = t.fn(problems, samples)
         out: list[Evaluation] = []
         for i, (problem, sample) in enumerate(zip(problems, samples, strict=True)):
-            components = {t.name: columns[t.name][i] for t in self.terms}
-            total = sum(t.weight * components[t.name] for t in self.terms)
+            components: dict[str, float | None] = {t.name: columns[t.name][i] for t in self.terms}
+            total = sum(
+                t.weight * c for t in self.terms if (c := components[t.name]) is not None
+            )
             shaping = shaping_components(self.cfg, problem, sample)
             components.update(shaping)
             total += sum(shaping.values())
             check = builtin[i] if builtin is not None else None
             verdicts = check.verdicts if check is not None else []
-            out.append(Evaluation(ScoredSample(sample, total, components, verdicts), check))
+            unscored = (check is not None and check.score is None) or all(
+                c is None for c in components.values()
+            )
+            scored = ScoredSample(sample, None if unscored else total, components, verdicts)
+            out.append(Evaluation(scored, check))
         return out
 
     def close(self) -> None:
@@ -141,7 +152,10 @@ class Reward:
                 self.judge, self.cfg,
             )
             for i, oc in zip(code_idx, outcomes, strict=True):
-                status = oc.result.status if oc.result is not None else "no_code"
+                status = (
+                    "no_code" if oc.result is None else "sandbox_error" if oc.score is None
+                    else oc.result.status
+                )
                 verdicts = oc.result.tests if oc.result is not None else []
                 out[i] = Correctness(oc.score, oc.code, status, verdicts)
         return [c for c in out if c is not None]
@@ -170,3 +184,9 @@ def build_reward(cfg: Config, judge: JudgeFn | None) -> Reward:
         Reward(cfg, judge, terms).close()
         raise
     return Reward(cfg, judge, terms)
+
+
+def component_weights(cfg: Config) -> dict[str, float]:
+    """The weight of every reward component by name: each `reward.fns` entry's, and 1 for each
+    shaping term (TRL's `reward_weights`, the shaping terms being reward functions of their own)."""
+    return {f.name: f.weight for f in cfg.reward.fns} | dict.fromkeys(SHAPING_NAMES, 1.0)

@@ -5,7 +5,7 @@ import pytest
 from rlrun import records
 from rlrun.data import load_problems
 from rlrun.records import JudgeResult, Problem, StdioTest, Verdict
-from rlrun.rewards import RewardError, SandboxFailure
+from rlrun.rewards import RewardError
 from rlrun.rewards.code import extract_code, judge_completions, score_judged, score_result
 from rlrun.sandbox import Judge
 
@@ -63,12 +63,10 @@ def test_score_fraction_all_or_nothing_and_compile_error():
 
 def test_sandbox_error_is_never_scored():
     cfg = config()
-    with pytest.raises(SandboxFailure, match="sample 3"):
-        score_judged(_result("sandbox_error", 0, 1, ["sandbox_error"]), cfg, "sample 3")
+    assert score_judged(_result("sandbox_error", 0, 1, ["sandbox_error"]), cfg) is None
     # One infrastructure fault among passing tests still refuses a score.
     mixed = _result("wrong_answer", 1, 2, ["accepted", "sandbox_error"])
-    with pytest.raises(SandboxFailure):
-        score_judged(mixed, cfg, "sample 0")
+    assert score_judged(mixed, cfg) is None
 
 
 def test_zero_tests_run_is_an_error_not_a_zero():

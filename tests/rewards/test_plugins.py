@@ -64,7 +64,6 @@ def test_wrong_length_names_both_counts():
     ("name", "where"),
     [
         ("nan_second", "sample 1 (problem p1)"),
-        ("none_first", "sample 0 (problem p0)"),
         ("inf_last", "sample 2 (problem p2)"),
         ("text_value", "sample 0 (problem p0)"),
     ],
