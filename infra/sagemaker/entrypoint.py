@@ -18,6 +18,7 @@ SageMaker's /opt/ml.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import secrets
@@ -49,6 +50,7 @@ from infra.sagemaker.node import (
     ray_start_command,
 )
 
+HYPERPARAMETERS = "input/config/hyperparameters.json"  # under $RLRUN_SM_ROOT
 POLL_S = 2.0
 RESOLVE_TIMEOUT_S = 300.0  # SageMaker's DNS names for the job's hosts can lag their start
 HEAD_GONE_CHECKS = 3  # consecutive refused checks before a worker takes the head as ended
@@ -94,6 +96,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("give the trainer after --: -- rlrun train CONFIG [key=value ...]")
     args.command = command
     return args
+
+
+def command_from_hyperparameters(root: Path) -> list[str]:
+    """The command line `rlrun sagemaker launch` put in the job's hyperparameters, for the
+    image run as SageMaker runs it (`<entrypoint> train`)."""
+    path = root / HYPERPARAMETERS
+    try:
+        hp = json.loads(path.read_text())
+        overrides = json.loads(hp.get("overrides", "[]"))
+        config = hp["config"]
+    except (OSError, KeyError, json.JSONDecodeError) as err:
+        raise BootError(f"{path} lacks the recipe that `rlrun sagemaker launch` sets "
+                        f"(hyperparameters config and overrides): {err}") from None
+    head = ["--head-group", hp["head_group"]] if hp.get("head_group") else []
+    return [*head, "--", "rlrun", "train", config, *overrides]
 
 
 def trainer_overrides(root: Path, head_ip: str) -> list[str]:
@@ -370,8 +387,16 @@ def run(args: argparse.Namespace, root: Path, stopped: threading.Event) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
     root = sm_root()
+    if argv == ["train"]:  # how SageMaker runs the image: the recipe is in hyperparameters
+        try:
+            argv = command_from_hyperparameters(root)
+        except BootError as err:
+            write_failure(root, str(err))
+            print(f"entrypoint: {err}", file=sys.stderr, flush=True)
+            return 1
+    args = parse_args(argv)
     stopped = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     try:
