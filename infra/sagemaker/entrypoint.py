@@ -213,24 +213,29 @@ def wait_for(ready: Callable[[], bool], deadline: float, timed_out: Callable[[],
         time.sleep(POLL_S)
 
 
-def alive_node_ips(head_ip: str) -> set[str]:
-    """The addresses of the Ray cluster's alive nodes."""
-    import ray
+# Run in a child process: a Ray client in the entrypoint itself would take over its SIGTERM
+# handling (ray.init installs its own, and a stop then killed the entrypoint at once, leaving
+# the trainer without its checkpoint signal).
+_LIST_NODES = """
+import json, sys, ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+print(json.dumps([n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")]))
+"""
 
-    if not ray.is_initialized():
-        # ray.init installs a SIGTERM handler that exits at once; ours must stay, or a stop
-        # during training would leave the trainer running without its checkpoint signal.
-        ours = signal.getsignal(signal.SIGTERM)
-        ray.init(address=f"{head_ip}:{GCS_PORT}", logging_level="ERROR", log_to_driver=False)
-        signal.signal(signal.SIGTERM, ours)
-    return {n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
+
+def alive_node_ips(head_ip: str) -> set[str]:
+    """The addresses of the Ray cluster's alive nodes (none if the head does not answer)."""
+    try:
+        out = subprocess.run([sys.executable, "-c", _LIST_NODES, f"{head_ip}:{GCS_PORT}"],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+        return set(json.loads(out.strip().splitlines()[-1]))
+    except (subprocess.SubprocessError, json.JSONDecodeError, IndexError):
+        return set()
 
 
 def run_head(args: argparse.Namespace, root: Path, cluster: Cluster, ips: dict[str, str],
              node: Node, stopped: threading.Event) -> int:
     """Start the Ray head, wait for every host's node, run the trainer, export the model."""
-    import ray
-
     head_ip = ips[cluster.current]
     deadline = time.monotonic() + args.wait_for_workers_s
     node.start()
@@ -255,10 +260,7 @@ def run_head(args: argparse.Namespace, root: Path, cluster: Cluster, ips: dict[s
                 f"--wait-for-workers-s={args.wait_for_workers_s:g} "
                 f"({len(cluster.hosts) - len(missing)} of {len(cluster.hosts)} hosts did)")
 
-    try:
-        wait_for(all_joined, deadline, timed_out, stopped, node_failed)
-    finally:
-        ray.shutdown()
+    wait_for(all_joined, deadline, timed_out, stopped, node_failed)
     print(f"entrypoint: all {len(cluster.hosts)} hosts joined the Ray cluster", flush=True)
     command = args.command + trainer_overrides(root, head_ip)
     code, last_error = run_trainer(command, node.env, stopped)
