@@ -30,7 +30,6 @@ import sys
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -277,19 +276,22 @@ def run_head(args: argparse.Namespace, root: Path, cluster: Cluster, ips: dict[s
 def run_trainer(command: list[str], env: dict[str, str],
                 stopped: threading.Event) -> tuple[int, str]:
     """Run the trainer in the foreground (its stdout is the job's log); its exit code and the
-    last line it wrote to stderr. SIGTERM to this process is passed on to it."""
+    reason it gave: its last `rlrun train:` line on stderr (Ray's own lines come after it), else
+    its last stderr line. SIGTERM to this process is passed on to it."""
     print(f"entrypoint: {' '.join(command)}", flush=True)
     proc = subprocess.Popen(command, env=env, stdout=sys.stdout, stderr=subprocess.PIPE,
                             text=True)
-    tail: deque[str] = deque(maxlen=1)
+    last: dict[str, str] = {}
 
-    def echo() -> None:  # stderr to the log as it comes, keeping the last line for the reason
+    def echo() -> None:  # stderr to the log as it comes, keeping the lines for the reason
         assert proc.stderr is not None
         for line in proc.stderr:
             sys.stderr.write(line)
             sys.stderr.flush()
-            if line.strip():
-                tail.append(line.strip())
+            if text := line.strip():
+                last["any"] = text
+                if text.startswith("rlrun train:"):
+                    last["rlrun"] = text
 
     reader = threading.Thread(target=echo, daemon=True)
     reader.start()
@@ -306,7 +308,7 @@ def run_trainer(command: list[str], env: dict[str, str],
     finally:  # never leave a trainer behind this process
         stop_process(proc, signal.SIGKILL)
     reader.join(timeout=10)
-    return proc.returncode, tail[0] if tail else ""
+    return proc.returncode, last.get("rlrun", last.get("any", ""))
 
 
 def run_worker(args: argparse.Namespace, cluster: Cluster, ips: dict[str, str], head: str,

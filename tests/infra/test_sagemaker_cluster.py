@@ -224,3 +224,36 @@ def test_sigterm_to_the_head_checkpoints_and_exits_and_a_second_start_resumes(ho
     assert codes == [0, 0], text[-3000:]
     assert "run.resume=true" in text and f"done: {step + 1} steps" in text
     assert (head / "model" / "config.json").is_file()
+
+
+def test_a_worker_whose_ray_node_dies_fails_and_so_does_the_head(hosts, tmp_path):
+    """SIGKILL of the worker's raylet mid-run: the worker's entrypoint exits 1 naming its node,
+    and the run on the head fails within seconds with the learner's message."""
+    env = base_env(tmp_path)
+    logs = [tmp_path / f"{h.name}.log" for h in hosts]
+    procs = [start(h, ["--wait-for-workers-s", "180", "--", *train(50, 100)], env, log)
+             for h, log in zip(hosts, logs, strict=True)]
+    try:
+        wait_for_line(logs[0], "step=1 ", procs[0], 600)
+        worker = hosts[1]
+        raylet = subprocess.run(["pgrep", "-f", f"raylet.*--node_ip_address={worker.ip}"],
+                                capture_output=True, text=True).stdout.split()
+        assert len(raylet) == 1, raylet
+        os.kill(int(raylet[0]), signal.SIGKILL)
+        started = time.monotonic()
+        assert procs[1].wait(timeout=120) == 1, logs[1].read_text()[-3000:]
+        failure = (worker.root / "output" / "failure").read_text()
+        assert failure.startswith("the Ray node on algo-2 died"), failure
+        # The head's run fails fast with the learner's own message: the learner restarts once
+        # from its latest checkpoint (learner.max_failures), and the replacement rank cannot
+        # start either while its node is gone.
+        assert procs[0].wait(timeout=300) == 1, logs[0].read_text()[-3000:]
+        assert time.monotonic() - started < 180
+        failure = (hosts[0].root / "output" / "failure").read_text()
+        assert failure.startswith("rlrun train exited with code 1: rlrun train: "), failure
+        assert "learner rank" in failure, failure
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=600)
