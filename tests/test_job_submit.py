@@ -93,3 +93,47 @@ def test_a_relative_output_dir_is_refused_an_absolute_one_gets_the_run(cluster, 
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "done: 2 steps" in done.stdout
     assert (out / "learner" / "step_000002" / "model").is_dir()
+
+
+def ray_cli(run: list[str], env: dict[str, str], *args: str) -> str:
+    return subprocess.run([*run, str(BIN / "ray"), *args], env=env, cwd=REPO, check=True,
+                          capture_output=True, text=True, timeout=300).stdout
+
+
+def test_ray_job_stop_checkpoints_leaves_nothing_behind_and_a_resubmit_resumes(
+    cluster, tmp_path
+):
+    from rlrun.checkpoint import latest_checkpoint
+
+    run, env = cluster
+    api = ["--address", "http://127.0.0.1:8265"]
+    out = tmp_path / "out"
+    ray_cli(run, env, "job", "submit", *api, "--no-wait", "--submission-id", "rl-stop",
+            "--runtime-env", "infra/ray/runtime_env.yaml", "--working-dir", ".", "--",
+            "rlrun", "train", "conf/demo.yaml", *SHORT, "trainer.steps=50",
+            "trainer.checkpoint_every=100", f"run.output_dir={out}")
+    deadline = time.monotonic() + 300
+    while "step=1 " not in ray_cli(run, env, "job", "logs", *api, "rl-stop"):
+        assert time.monotonic() < deadline, "the job logged no step within 300 s"
+        time.sleep(2)
+    ray_cli(run, env, "job", "stop", *api, "rl-stop")  # waits until the job has stopped
+    logs = ray_cli(run, env, "job", "logs", *api, "rl-stop")
+    assert "(stopped by SIGTERM)" in logs, logs[-3000:]
+    saved = latest_checkpoint(str(out))
+    assert saved is not None
+    step = int(Path(saved).name.removeprefix("step_"))
+    # Nothing of the run is left on the cluster.
+    deadline = time.monotonic() + 60
+    while True:
+        actors = ray_cli(run, env, "list", "actors", *api, "--filter", "state=ALIVE")
+        groups = ray_cli(run, env, "list", "placement-groups", *api, "--filter",
+                         "state=CREATED")
+        if not any(n in actors for n in ("RolloutActor", "LearnerWorker", "SandboxActor")) \
+                and "rlrun" not in groups and "demo-" not in groups:
+            break
+        assert time.monotonic() < deadline, (actors, groups)
+        time.sleep(2)
+    done = submit(run, env, f"run.output_dir={out}", "run.resume=true",
+                  f"trainer.steps={step + 1}")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert f"done: {step + 1} steps" in done.stdout
