@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("rlrun.commands.config", "show the resolved config"),
     "report": ("rlrun.commands.report", "plots and an HTML report for a run directory"),
     "plan": ("rlrun.commands.plan", "per-GPU memory of each role, and a layout that fits"),
+    "sagemaker": ("infra.sagemaker.launch", "launch a SageMaker training job (infra/sagemaker)"),
 }
 
 

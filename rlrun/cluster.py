@@ -7,7 +7,10 @@ gets one message naming the config key and what the cluster has, within seconds.
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -147,3 +150,22 @@ def check_address(address: str, timeout_s: float = 5.0) -> None:
             f"{timeout_s:g}s ({err}): start the cluster, fix the address, or set "
             "run.ray_address=null for a local Ray"
         ) from None
+
+
+def check_job_output_dir(output_dir: str, env: Mapping[str, str]) -> None:
+    """Raise ClusterError for a relative `run.output_dir` in a `ray job submit --working-dir`
+    job: its driver runs in Ray's temporary copy of the working directory, so the outputs
+    would land in that copy and go with it (and a resubmitted job, whose copy differs, would
+    not find its checkpoints)."""
+    if "://" in output_dir or os.path.isabs(output_dir):
+        return
+    try:  # Ray gives a job's driver its runtime env in this variable
+        job = json.loads(env.get("RAY_JOB_CONFIG_JSON_ENV_VAR") or "{}")
+    except json.JSONDecodeError:
+        return
+    if (job.get("runtime_env") or {}).get("working_dir"):
+        raise ClusterError(
+            f"run.output_dir={output_dir!r} is relative, and this Ray job runs in Ray's "
+            "temporary copy of its --working-dir, which goes away with it: give an absolute "
+            "path on storage every node shares, or an s3:// URI"
+        )

@@ -285,7 +285,7 @@ class HealthConfig:
 
 @dataclass
 class MetricsConfig:
-    console: bool = True  # key: value lines on stdout (SageMaker regexes scrape these)
+    console: bool = True  # key: value lines on stdout (log scrapers read these)
     progress: str = "auto"  # auto (a bar on an interactive terminal, none otherwise) | bar | off
     tensorboard: bool = True  # TensorBoard event files in the run directory
     mlflow: bool = False  # log to MLflow (needs mlflow installed)

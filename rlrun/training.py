@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from rlrun.checkpoint import TrainState, has_checkpoints, join, latest_checkpoint
-from rlrun.cluster import ClusterError, Demand, check_address, check_fits, demands
+from rlrun.cluster import (
+    ClusterError,
+    Demand,
+    check_address,
+    check_fits,
+    check_job_output_dir,
+    demands,
+)
 from rlrun.config import Config, ConfigError, to_dict
 from rlrun.interrupts import Interrupted, StopSignals
 
@@ -143,6 +150,7 @@ def release(groups: dict[str, Any]) -> None:
 
 def check_output_dir(cfg: Config) -> None:
     """The run directory can be written to: found now, not after Ray and the warm-start."""
+    check_job_output_dir(cfg.run.output_dir, os.environ)
     run_dir = Path(run_dir_for(cfg))
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -338,7 +346,9 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
             if decision.message:
                 print(f"rlrun train: early stopping: {decision.message}", flush=True)
             if decision.improved:
-                learner.export(os.path.join(run_dir, "best", "model"))
+                # Absolute: the learner rank that writes it runs in a directory of its own,
+                # maybe on another node.
+                learner.export(os.path.abspath(os.path.join(run_dir, "best", "model")))
                 best = {"weight_version": version, "metric": stopping.cfg.metric,
                         "value": decision.best_value, "model": os.path.join("best", "model")}
                 Path(run_dir, "best.json").write_text(json.dumps(best) + "\n")

@@ -1,8 +1,16 @@
+import json
 import socket
 
 import pytest
 
-from rlrun.cluster import ClusterError, Demand, check_address, check_fits, demands
+from rlrun.cluster import (
+    ClusterError,
+    Demand,
+    check_address,
+    check_fits,
+    check_job_output_dir,
+    demands,
+)
 from rlrun.config import load_config
 
 NODE = {"CPU": 2.0, "memory": 1e9}
@@ -50,3 +58,16 @@ def test_an_address_nobody_listens_on_fails_naming_the_key():
 def test_a_malformed_address_is_named():
     with pytest.raises(ClusterError, match="not host:port"):
         check_address("nonsense")
+
+
+def test_a_working_dir_job_needs_an_absolute_or_remote_output_dir() -> None:
+    job = {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps(
+        {"runtime_env": {"working_dir": "gcs://_ray_pkg_0123.zip"}, "metadata": {}})}
+    with pytest.raises(ClusterError, match=r"run.output_dir='runs/demo' is relative, and this "
+                                           r"Ray job runs in Ray's temporary copy"):
+        check_job_output_dir("runs/demo", job)
+    check_job_output_dir("/shared/runs/demo", job)
+    check_job_output_dir("s3://bucket/runs/demo", job)
+    check_job_output_dir("runs/demo", {})  # not a job: relative to where it was started
+    no_working_dir = {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {}})}
+    check_job_output_dir("runs/demo", no_working_dir)

@@ -1,7 +1,7 @@
 """MetricsLogger: one call per step fans metrics out to every enabled sink.
 
 Sinks: `run_dir/metrics.jsonl` (always; the report and tests read it), one `key: value` console
-line per step on stdout (stable, so SageMaker metric regexes can scrape it) and in
+line per step on stdout (a stable format, so log scrapers can read it) and in
 `run_dir/train.log` (always; `rlrun train` adds its summary at the end), TensorBoard event
 files under `run_dir/tensorboard/`, and optionally MLflow and Weights & Biases. Sample
 completions go to `run_dir/samples.jsonl` for the report. Metric names are the flat namespace
@@ -13,10 +13,8 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import re
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -46,7 +44,6 @@ _ORDER = (
 )
 # Short console names: `reward: 0.43 pass@1: 0.41` read better than the full names.
 _ALIASES = {"reward/mean": "reward"}
-_VALUE = r"([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf))"
 SAMPLE_KEYS = ("problem_id", "prompt", "response", "reward", "components")
 
 
@@ -79,14 +76,6 @@ def format_console_line(step: int, metrics: dict[str, float]) -> str:
     parts = [f"step={step}"]
     parts += [f"{console_name(k)}: {_fmt(metrics[k])}" for k in sorted(metrics, key=_rank)]
     return " ".join(parts)
-
-
-def metric_definitions(names: Sequence[str] = STANDARD_METRICS) -> list[dict[str, str]]:
-    """SageMaker `MetricDefinition`s (Name, Regex) that scrape these metrics off console lines."""
-    return [
-        {"Name": name, "Regex": rf"(?:^|\s){re.escape(console_name(name))}: {_VALUE}"}
-        for name in names
-    ]
 
 
 def _number(step: int, name: str, value: Any) -> float:

@@ -1,7 +1,8 @@
 """Progress display: a tqdm bar on an interactive terminal, nothing extra otherwise.
 
-Logs that are scraped (SageMaker, `ray job logs`) are not terminals; there the per-step console
-lines of `MetricsLogger` are the progress, so `auto` shows a bar only when stderr is a tty.
+Logs that are scraped (a training job's log, `ray job logs`) are not terminals; there the
+per-step console lines of `MetricsLogger` are the progress, so `auto` shows a bar only when
+stderr is a tty.
 """
 
 from __future__ import annotations

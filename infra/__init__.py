@@ -1,0 +1,1 @@
+"""Deployment: container images, SageMaker bootstrap and launcher, KubeRay manifests."""
