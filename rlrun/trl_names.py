@@ -59,6 +59,8 @@ TRL_NAMES: tuple[TrlName, ...] = (
     TrlName("entropy_coef", "algo.entropy_coef"),
     TrlName("top_entropy_quantile", "algo.entropy_mask_quantile"),
     TrlName("off_policy_mask_threshold", "algo.off_policy_mask_threshold"),
+    TrlName("multi_objective_aggregation", "reward.aggregation"),
+    TrlName("multi_objective_aggregation", "reward.aggregation=sum", "sum_then_normalize"),
     TrlName("num_iterations", "algo.epochs"),
     TrlName("steps_per_generation", "algo.mini_batches"),
     TrlName("vllm_importance_sampling_correction",
@@ -87,6 +89,7 @@ _VALUES_OF: dict[str, str] = {
     "algo.loss_agg": "loss_type",
     "algo.policy_loss": "loss_type",
     "algo.scale_rewards": "scale_rewards",
+    "reward.aggregation": "multi_objective_aggregation",
     "algo.is_correction": "vllm_importance_sampling_mode",
     "algo.is_mode": "vllm_importance_sampling_mode",
 }
