@@ -56,13 +56,18 @@ PLOTS: tuple[PlotSpec, ...] = (
              _exact("response/len_mean", "response/len_max"), "tokens"),
     PlotSpec("truncation", "Truncated and all-equal fractions",
              _exact("response/truncated_frac", "train/all_equal_frac"), "fraction"),
-    PlotSpec("kl_entropy", "KL and entropy", _exact("loss/kl", "loss/entropy")),
+    # loss/entropy is logged when the loss uses it (algo.entropy_coef or the entropy mask).
+    PlotSpec("kl", "KL to the reference", _exact("loss/kl"), "nats per token"),
+    PlotSpec("entropy", "Policy entropy", _exact("loss/entropy"), "nats per token"),
     PlotSpec("loss", "Policy loss, clip fraction, grad norm",
              _exact("loss/policy", "loss/clip_frac", "optim/grad_norm")),
     PlotSpec("phase_times", "Time per phase", _prefix("perf/time_"), "seconds per step"),
     PlotSpec("throughput", "Throughput",
              _exact("perf/rollout_tokens_per_s", "perf/train_tokens_per_s"), "tokens/s"),
-    PlotSpec("sandbox", "Sandbox", _prefix("sandbox/"), "per step"),
+    # Verdict counts and actor restarts per step on one axis, the test rate on its own.
+    PlotSpec("sandbox", "Sandbox verdicts", _prefix("sandbox/", ("sandbox/tests_per_s",)),
+             "count per step"),
+    PlotSpec("sandbox_rate", "Sandbox throughput", _exact("sandbox/tests_per_s"), "tests/s"),
 )
 
 

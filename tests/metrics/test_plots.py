@@ -11,11 +11,20 @@ def test_plots_cover_the_logged_families(run_dir: Path, tmp_path: Path) -> None:
     rows = read_metrics(run_dir / "metrics.jsonl")
     written = write_plots(rows, tmp_path / "plots")
     names = {p.stem for p in written}
-    assert {"reward", "validation", "length", "kl_entropy", "phase_times"} <= names
-    assert "sandbox" not in names  # the synthetic run is math only
+    assert {"reward", "validation", "length", "kl", "phase_times"} <= names
+    assert "sandbox" not in names and "sandbox_rate" not in names  # the run is math only
     assert "validation_by_kind" not in names  # and has one kind
     for path in written:
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sandbox_counts_and_rates_get_plots_of_their_own() -> None:
+    logged = ["sandbox/passed", "sandbox/time_limit", "sandbox/recreated", "sandbox/tests_per_s",
+              "loss/kl", "loss/entropy"]
+    keys = {spec.name: spec.keys(logged) for spec in PLOTS}
+    assert keys["sandbox"] == ["sandbox/passed", "sandbox/recreated", "sandbox/time_limit"]
+    assert keys["sandbox_rate"] == ["sandbox/tests_per_s"]
+    assert keys["kl"] == ["loss/kl"] and keys["entropy"] == ["loss/entropy"]
 
 
 def test_series_skips_rows_without_the_metric_and_nulls() -> None:
