@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from rlrun.cli import main
+from rlrun.commands.train import train
+from rlrun.config import load_config
 
 MISSING = "/nonexistent/rlrun/x"
 
@@ -66,9 +68,10 @@ CASES = {
 
 
 @pytest.mark.parametrize("argv", CASES.values(), ids=CASES.keys())
-def test_bad_input_is_one_line_and_exit_code_2(argv: list[str], bad: dict[str, str], capsys):
+def test_bad_input_is_one_line_and_exit_code_2(argv: list[str], bad: dict[str, str], capfd):
+    # capfd: `rlrun train` reports from the driver process it starts (rlrun.interrupts).
     code = main([bad.get(a, a) for a in argv])
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, err
     assert len(lines) == 1, err
@@ -86,7 +89,8 @@ def test_a_fault_during_training_is_one_line_with_the_traceback_in_train_log(
         raise RuntimeError("learner rank 0 died during train: OOM\nremote traceback ...")
 
     monkeypatch.setattr(rlrun.training, "run_training", fails)
-    code = main(["train", "conf/demo.yaml", f"run.output_dir={tmp_path / 'run'}"])
+    # The driver's side of `rlrun train` (in this process, where the stand-in is).
+    code = train(load_config("conf/demo.yaml", [f"run.output_dir={tmp_path / 'run'}"]))
     err = capsys.readouterr().err.strip().splitlines()
     log = tmp_path / "run" / "train.log"
     assert code == 1
