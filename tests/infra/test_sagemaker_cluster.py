@@ -228,7 +228,7 @@ def test_sigterm_to_the_head_checkpoints_and_exits_and_a_second_start_resumes(ho
 
 def test_a_worker_whose_ray_node_dies_fails_and_so_does_the_head(hosts, tmp_path):
     """SIGKILL of the worker's raylet mid-run: the worker's entrypoint exits 1 naming its node,
-    and the run on the head fails within seconds with the learner's message."""
+    and the run on the head fails within seconds naming the actor it lost."""
     env = base_env(tmp_path)
     logs = [tmp_path / f"{h.name}.log" for h in hosts]
     procs = [start(h, ["--wait-for-workers-s", "180", "--", *train(50, 100)], env, log)
@@ -244,14 +244,15 @@ def test_a_worker_whose_ray_node_dies_fails_and_so_does_the_head(hosts, tmp_path
         assert procs[1].wait(timeout=120) == 1, logs[1].read_text()[-3000:]
         failure = (worker.root / "output" / "failure").read_text()
         assert failure.startswith("the Ray node on algo-2 died"), failure
-        # The head's run fails fast with the learner's own message: the learner restarts once
-        # from its latest checkpoint (learner.max_failures), and the replacement rank cannot
-        # start either while its node is gone.
+        # The head's run fails fast naming what it lost: whichever actor of the worker node it
+        # next waits for (a learner rank, restarted once from its checkpoint, or a rollout
+        # actor's replacement) cannot start while the node is gone.
         assert procs[0].wait(timeout=300) == 1, logs[0].read_text()[-3000:]
         assert time.monotonic() - started < 180
         failure = (hosts[0].root / "output" / "failure").read_text()
         assert failure.startswith("rlrun train exited with code 1: rlrun train: "), failure
-        assert "learner rank" in failure, failure
+        assert any(f"{role} " in failure for role in ("learner rank", "rollout actor",
+                                                      "sandbox actor")), failure
     finally:
         for proc in procs:
             if proc.poll() is None:
