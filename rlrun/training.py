@@ -226,12 +226,13 @@ def _run(cfg: Config, stop: StopSignals, started: float) -> dict[str, Any]:
             "run: set run.resume=true to continue it, or choose another run.output_dir / run.name"
         )
     check_output_dir(cfg)
-    train, val = load_from_config(cfg)
-    model_path = resolve_model_path(cfg.model, model_cache_dir(), cfg.run.seed)
-    needs_sandbox = any(p.kind == "code" for p in train + val)
-    # The plug-ins are imported (in their own processes) and their signatures checked now.
+    # The plug-ins are imported (in their own processes) and their signatures checked first:
+    # a plug-in that cannot load fails before a model is built or read.
     reward = build_reward(cfg, None)
     try:
+        train, val = load_from_config(cfg)
+        model_path = resolve_model_path(cfg.model, model_cache_dir(), cfg.run.seed)
+        needs_sandbox = any(p.kind == "code" for p in train + val)
         if cfg.reward.audit_before_training and not cfg.run.resume:
             audit_rewards(cfg, reward, train, needs_sandbox)
         return _train(cfg, stop, reward, train, val, model_path, needs_sandbox, started)
