@@ -112,12 +112,18 @@ def test_an_engine_killed_mid_sync_is_replaced_and_rejoins(ray_cluster, tmp_path
 
         killer = threading.Thread(target=kill_soon)
         killer.start()
-        # Syncs back to back: the kill lands in one of them, which must recover by itself.
-        for version in range(2, 60):
+        # Syncs back to back until the kill has landed, most likely inside one of them, which
+        # must recover by itself; one after it (once the kill has had time to land), in case it
+        # fell between two.
+        version = 1
+        while killer.is_alive():
+            version += 1
             sync.sync(version)
-        killer.join()
+        time.sleep(1.0)
+        version += 1
+        sync.sync(version)
         assert groups.rollouts.restarts == 1
-        assert groups.rollouts.versions() == [59, 59]
+        assert groups.rollouts.versions() == [version, version]
         assert groups.rollouts.pool.names()[0].endswith(".1")  # the replacement rejoined
 
 
