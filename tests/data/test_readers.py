@@ -109,6 +109,11 @@ def test_unsupported_file_type(tmp_path):
 def test_hub_id_offline_gives_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    # The libraries read those variables once, at import: where another test imported them
+    # first, the hub would be tried over the network (and time out) without these.
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setattr("datasets.config.HF_HUB_OFFLINE", True)
+    monkeypatch.setattr("datasets.config.HF_DATASETS_OFFLINE", True)
     name = "rlrun-nonexistent-org/nonexistent-dataset"
     with pytest.raises(DataError) as err:
         load_problems(name)
