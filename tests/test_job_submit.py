@@ -10,6 +10,7 @@ The cluster runs in a network namespace of its own with its own /tmp/ray, so its
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -133,7 +134,16 @@ def test_ray_job_stop_checkpoints_leaves_nothing_behind_and_a_resubmit_resumes(
             break
         assert time.monotonic() < deadline, (actors, groups)
         time.sleep(2)
-    done = submit(run, env, f"run.output_dir={out}", "run.resume=true",
-                  f"trainer.steps={step + 1}")
+    # A file of the working directory edited before the resubmit: Ray uploads a new copy of
+    # it, under another name, and the run still finds its checkpoint.
+    edited = REPO / f"resubmit-edit-{secrets.token_hex(3)}.txt"
+    edited.write_text("edited between the two submissions\n")
+    try:
+        done = submit(run, env, f"run.output_dir={out}", "run.resume=true",
+                      f"trainer.steps={step + 1}")
+    finally:
+        edited.unlink()
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert f"done: {step + 1} steps" in done.stdout
+    copies = set(re.findall(r"_ray_pkg_[0-9a-f]+", ray_cli(run, env, "job", "list", *api)))
+    assert len(copies) == 2, copies
