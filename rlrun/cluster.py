@@ -127,12 +127,42 @@ def check_fits(
                 )
 
 
+def resolve_address(address: str, temp_dir: str | None = None) -> str:
+    """The `host:port` that `ray.init(address="auto")` would join, found as Ray finds it (the
+    address file of the last `ray start` under `temp_dir`, else a running GCS on this machine);
+    other addresses are returned as given. Resolved here so that `check_address` can test it:
+    `ray.init` itself waits minutes on a stale address file."""
+    if address != "auto":
+        return address
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        found = canonicalize_bootstrap_address(address, temp_dir)
+    except ConnectionError:
+        found = None
+    if not found:
+        raise ClusterError(
+            "run.ray_address=auto (or $RAY_ADDRESS=auto) found no Ray cluster started on this "
+            "machine: start one with `ray start --head`, give its host:port, or set "
+            "run.ray_address=null for a local Ray"
+        )
+    try:
+        check_address(found)
+    except ClusterError:
+        raise ClusterError(
+            f"run.ray_address=auto (or $RAY_ADDRESS=auto) points at {found}, where the last "
+            "`ray start` on this machine ran, but nothing answers there: start the cluster "
+            "again, give its host:port, or set run.ray_address=null for a local Ray"
+        ) from None
+    return found
+
+
 def check_address(address: str, timeout_s: float = 5.0) -> None:
     """Raise ClusterError unless something accepts TCP connections at a `host:port` address.
 
-    "auto" and "local" are left to `ray.init`, which fails fast for them on its own.
+    "local" is left to `ray.init`; resolve "auto" with `resolve_address` first.
     """
-    if address in ("auto", "local"):
+    if address == "local":
         return
     parsed = urlsplit(address if "://" in address else f"ray://{address}")
     host, port = parsed.hostname, parsed.port

@@ -41,6 +41,7 @@ from rlrun.cluster import (
     check_fits,
     check_job_output_dir,
     demands,
+    resolve_address,
 )
 from rlrun.config import Config, ConfigError, to_dict
 from rlrun.interrupts import Interrupted, StopSignals
@@ -66,6 +67,7 @@ def init_ray(cfg: Config) -> None:
     if ray.is_initialized():
         return
     if address:
+        address = resolve_address(address)
         check_address(address)
         try:
             ray.init(address=address, namespace=cfg.run.namespace)

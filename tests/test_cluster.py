@@ -1,5 +1,6 @@
 import json
 import socket
+import time
 
 import pytest
 
@@ -10,6 +11,7 @@ from rlrun.cluster import (
     check_fits,
     check_job_output_dir,
     demands,
+    resolve_address,
 )
 from rlrun.config import load_config
 
@@ -71,3 +73,18 @@ def test_a_working_dir_job_needs_an_absolute_or_remote_output_dir() -> None:
     check_job_output_dir("runs/demo", {})  # not a job: relative to where it was started
     no_working_dir = {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {}})}
     check_job_output_dir("runs/demo", no_working_dir)
+
+
+def test_auto_with_a_stale_address_file_fails_at_once_naming_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    port = _closed_port()
+    (tmp_path / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match=rf"run.ray_address=auto .* points at [\d.]+:{port}, "
+                                           r"where the last `ray start` on this machine ran"):
+        resolve_address("auto", temp_dir=str(tmp_path))
+    assert time.monotonic() - started < 10
+
+
+def test_an_explicit_address_is_left_as_given():
+    assert resolve_address("10.0.0.5:6379") == "10.0.0.5:6379"
