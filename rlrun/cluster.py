@@ -33,6 +33,18 @@ class ClusterError(RuntimeError):
     """The configured run cannot be placed on (or cannot reach) the Ray cluster."""
 
 
+# Every bundle of a pinned actor group asks for this much of its group's resource: a token
+# amount, so that the resource (which nodes carry in large amounts) pins without limiting.
+NODE_GROUP_UNIT = 0.001
+
+
+def node_group_resource(group: str) -> str:
+    """The Ray custom resource that marks a node of node group `group` (what
+    `rollout.node_group` and its siblings ask for; the SageMaker entrypoint tags each instance
+    group with it, a KubeRay worker group with `rayStartParams.resources`)."""
+    return f"node_group:{group}"
+
+
 @dataclass(frozen=True)
 class Demand:
     """`count` actors of one role, each needing `cpus` CPUs and `gpus` GPUs."""
@@ -45,6 +57,7 @@ class Demand:
     # One {GPU: 1} bundle per GPU of an actor, the first also holding its CPUs: how vLLM's Ray
     # executor places tensor-parallel workers (it refuses a bundle with more than one GPU).
     gpu_per_bundle: bool = False
+    node_group: str | None = None  # only nodes of this group (`<role>.node_group`)
 
     def bundles(self) -> list[dict[str, float]]:
         """The placement-group bundles of all `count` actors; actor i's start at index
@@ -54,7 +67,8 @@ class Demand:
             per_actor = [first] + [{"GPU": 1.0}] * (self.bundles_per_actor - 1)
         else:
             per_actor = [{"CPU": self.cpus} | ({"GPU": self.gpus} if self.gpus else {})]
-        return [dict(b) for _ in range(self.count) for b in per_actor]
+        pin = {node_group_resource(self.node_group): NODE_GROUP_UNIT} if self.node_group else {}
+        return [dict(b) | pin for _ in range(self.count) for b in per_actor]
 
     @property
     def bundles_per_actor(self) -> int:
@@ -65,7 +79,8 @@ def rollout_demand(cfg: Config) -> Demand:
     """The rollout actors' needs; vLLM with tensor parallelism gets a bundle per GPU."""
     tp = cfg.rollout.tensor_parallel_size
     return Demand("rollout", "rollout.num_actors", cfg.rollout.num_actors, cfg.rollout.num_cpus,
-                  cfg.rollout.num_gpus, gpu_per_bundle=cfg.rollout.engine == "vllm" and tp > 1)
+                  cfg.rollout.num_gpus, gpu_per_bundle=cfg.rollout.engine == "vllm" and tp > 1,
+                  node_group=cfg.rollout.node_group)
 
 
 def colocated_demand(cfg: Config) -> Demand:
@@ -74,7 +89,8 @@ def colocated_demand(cfg: Config) -> Demand:
     i * tensor_parallel_size)."""
     gpus = 1.0 if cfg.learner.num_gpus > 0 else 0.0
     return Demand("colocated", "learner.num_workers", cfg.learner.num_workers,
-                  cfg.learner.num_cpus + cfg.rollout.num_cpus, gpus)
+                  cfg.learner.num_cpus + cfg.rollout.num_cpus, gpus,
+                  node_group=cfg.learner.node_group)
 
 
 def demands(cfg: Config, needs_sandbox: bool) -> list[Demand]:
@@ -85,11 +101,11 @@ def demands(cfg: Config, needs_sandbox: bool) -> list[Demand]:
         out = [
             rollout_demand(cfg),
             Demand("learner", "learner.num_workers", cfg.learner.num_workers,
-                   cfg.learner.num_cpus, cfg.learner.num_gpus),
+                   cfg.learner.num_cpus, cfg.learner.num_gpus, node_group=cfg.learner.node_group),
         ]
     if needs_sandbox:
         out.append(Demand("sandbox", "sandbox.num_actors", cfg.sandbox.num_actors,
-                          cfg.sandbox.num_cpus, 0.0))
+                          cfg.sandbox.num_cpus, 0.0, node_group=cfg.sandbox.node_group))
     return out
 
 
@@ -124,6 +140,38 @@ def check_fits(
                 raise ClusterError(
                     f"{key}={per_actor:g} does not fit on any node: the largest node has "
                     f"{biggest:g} {resource}s"
+                )
+    for group in sorted({d.node_group for d in ds if d.node_group}):
+        _check_group_fits(group, [d for d in ds if d.node_group == group], nodes)
+
+
+def _check_group_fits(group: str, ds: list[Demand], nodes: list[dict[str, float]]) -> None:
+    """The nodes of `group` can hold the actor groups pinned to it."""
+    members = [n for n in nodes if node_group_resource(group) in n]
+    keys = " and ".join(f"{d.role}.node_group" for d in ds) + f"={group}"
+    if not members:
+        prefix = node_group_resource("")
+        known = sorted({r.removeprefix(prefix) for n in nodes for r in n if r.startswith(prefix)})
+        raise ClusterError(
+            f"{keys}: no node of the Ray cluster is in that group (its groups: "
+            f"{', '.join(known) or 'none'}); tag nodes with the resource "
+            f"{node_group_resource(group)!r} or change the key"
+        )
+    for resource, attr in (("CPU", "cpus"), ("GPU", "gpus")):
+        need = sum(d.count * getattr(d, attr) for d in ds)
+        have = sum(float(n.get(resource, 0.0)) for n in members)
+        if need > have + 1e-9:
+            raise ClusterError(
+                f"{keys}: the group's {len(members)} node(s) have {have:g} {resource}s but its "
+                f"actors need {need:g} ({_breakdown(ds, attr)}): lower these keys or add nodes "
+                "to the group"
+            )
+        biggest = max(float(n.get(resource, 0.0)) for n in members)
+        for d in ds:
+            if getattr(d, attr) > biggest + 1e-9:
+                raise ClusterError(
+                    f"{d.role}.num_{attr}={getattr(d, attr):g} does not fit on any node of "
+                    f"{d.role}.node_group={group}: its largest has {biggest:g} {resource}s"
                 )
 
 

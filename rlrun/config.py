@@ -134,6 +134,7 @@ class RolloutConfig:
     tensor_parallel_size: int = 1  # vLLM only
     max_model_len: int | None = None  # vLLM only: max prompt+completion tokens (null: the model's)
     timeout_s: float = 1800.0  # deadline of one generate or weight-load call; a later actor is replaced
+    node_group: str | None = None  # only on nodes carrying the Ray resource node_group:<this> (an instance or worker group); null: any node
 
 
 @dataclass
@@ -165,6 +166,7 @@ class LearnerConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     max_failures: int = 1  # restarts of the learner group from its latest checkpoint
     timeout_s: float = 1800.0  # deadline of one call to the ranks (a step, a save); later is a failure
+    node_group: str | None = None  # only on nodes carrying the Ray resource node_group:<this> (an instance or worker group); null: any node
 
 
 @dataclass
@@ -185,6 +187,7 @@ class SandboxConfig:
     num_actors: int = 1  # sandbox actors (M)
     workers_per_actor: int = 2  # executor slots per actor (W)
     num_cpus: float = 1.0  # CPUs per sandbox actor
+    node_group: str | None = None  # only on nodes carrying the Ray resource node_group:<this> (an instance or worker group); null: any node
     time_limit_s: float = 2.0  # default per-test wall-clock limit
     memory_limit_mb: int = 512  # default per-test memory limit
     max_time_limit_s: float = 10.0  # cap on per-problem limits from the dataset
@@ -543,7 +546,16 @@ def _validate_gpu_layout(cfg: Config) -> None:
         _fail("weights.backend", backend,
               "vLLM receives weights over NCCL, so the learner must be on GPUs "
               "(learner.num_gpus > 0)")
+    for role in ("rollout", "learner", "sandbox"):
+        group = _get(cfg, f"{role}.node_group")
+        if group is not None and not str(group).strip():
+            _fail(f"{role}.node_group", group, "name a node group, or null for any node")
     if colocated:
+        if learner.node_group != rollout.node_group:
+            _fail("learner.node_group", learner.node_group,
+                  "with placement.mode=colocated learner ranks and rollout actors share bundles: "
+                  f"give learner.node_group and rollout.node_group ({rollout.node_group!r}) the "
+                  "same value")
         if cfg.algo.max_staleness > 0:
             _fail("algo.max_staleness", cfg.algo.max_staleness,
                   "with placement.mode=colocated the engines sleep while the learner trains, so "

@@ -11,9 +11,11 @@ from rlrun.cluster import (
     check_fits,
     check_job_output_dir,
     demands,
+    node_group_resource,
     resolve_address,
+    rollout_demand,
 )
-from rlrun.config import load_config
+from rlrun.config import ConfigError, load_config
 
 NODE = {"CPU": 2.0, "memory": 1e9}
 
@@ -77,6 +79,8 @@ def test_a_working_dir_job_needs_an_absolute_or_remote_output_dir() -> None:
 
 def test_auto_with_a_stale_address_file_fails_at_once_naming_it(tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    # As on a machine with no Ray running: Ray's `auto` prefers a lone running GCS to the file.
+    monkeypatch.setattr("ray._private.services.find_gcs_addresses", frozenset)
     port = _closed_port()
     (tmp_path / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
     started = time.monotonic()
@@ -88,3 +92,59 @@ def test_auto_with_a_stale_address_file_fails_at_once_naming_it(tmp_path, monkey
 
 def test_an_explicit_address_is_left_as_given():
     assert resolve_address("10.0.0.5:6379") == "10.0.0.5:6379"
+
+
+def test_a_pinned_group_asks_every_bundle_for_its_node_group():
+    cfg = load_config(None, ["sandbox.node_group=cpu-judges", "sandbox.num_actors=2"])
+    by_role = {d.role: d for d in demands(cfg, needs_sandbox=True)}
+    assert by_role["sandbox"].bundles() == [{"CPU": 1.0, "node_group:cpu-judges": 0.001}] * 2
+    assert by_role["rollout"].bundles() == [{"CPU": 1.0}]
+    tp = load_config(None, ["rollout.engine=vllm", "rollout.num_gpus=2",
+                            "rollout.tensor_parallel_size=2", "rollout.node_group=gpu",
+                            "learner.num_gpus=1", "weights.backend=collective"])
+    assert rollout_demand(tp).bundles() == [{"CPU": 1.0, "GPU": 1.0, "node_group:gpu": 0.001},
+                                            {"GPU": 1.0, "node_group:gpu": 0.001}]
+
+
+GPU_NODE = {"CPU": 4.0, "GPU": 4.0, "node_group:gpu": 1000.0}
+CPU_NODE = {"CPU": 8.0, "node_group:cpu-judges": 1000.0}
+
+
+def test_a_group_no_node_is_in_is_named_with_the_groups_there_are():
+    cfg = load_config(None, ["sandbox.node_group=judges"])
+    nodes = [GPU_NODE, CPU_NODE]
+    with pytest.raises(ClusterError, match=r"sandbox.node_group=judges: no node of the Ray cluster "
+                                           r"is in that group \(its groups: cpu-judges, gpu\)"):
+        check_fits(demands(cfg, needs_sandbox=True), {"CPU": 12.0, "GPU": 4.0}, nodes)
+
+
+def test_actors_pinned_to_a_group_must_fit_its_nodes():
+    nodes = [GPU_NODE, CPU_NODE]
+    totals = {"CPU": 12.0, "GPU": 4.0}
+    # 6 CPUs fit the cluster (12) but not the GPU group's one node (4).
+    cfg = load_config(None, ["rollout.node_group=gpu", "learner.node_group=gpu",
+                             "rollout.num_cpus=3", "learner.num_cpus=3"])
+    with pytest.raises(ClusterError, match=r"rollout.node_group and learner.node_group=gpu: "
+                                           r"the group's 1 node\(s\) have 4 CPUs but its actors "
+                                           r"need 6"):
+        check_fits(demands(cfg, needs_sandbox=False), totals, nodes)
+    fits = load_config(None, ["rollout.node_group=gpu", "sandbox.node_group=cpu-judges",
+                              "sandbox.num_actors=6"])
+    check_fits(demands(fits, needs_sandbox=True), totals, nodes)
+    one_big = load_config(None, ["sandbox.node_group=gpu", "sandbox.num_cpus=6"])
+    with pytest.raises(ClusterError, match="sandbox.num_cpus=6 does not fit on any node of "
+                                           "sandbox.node_group=gpu: its largest has 4 CPUs"):
+        check_fits(demands(one_big, needs_sandbox=True), {"CPU": 16.0, "GPU": 8.0},
+                   [GPU_NODE, GPU_NODE, CPU_NODE])
+
+
+def test_colocated_roles_share_one_group():
+    with pytest.raises(ConfigError, match="learner.node_group"):
+        load_config(None, ["placement.mode=colocated", "rollout.node_group=gpu"])
+    colocated = load_config(None, ["placement.mode=colocated", "rollout.node_group=gpu",
+                                   "learner.node_group=gpu"])
+    assert demands(colocated, needs_sandbox=False)[0].node_group == "gpu"
+
+
+def test_node_group_resource_names_the_group():
+    assert node_group_resource("cpu-judges") == "node_group:cpu-judges"

@@ -101,8 +101,3 @@ def head_host(cluster: Cluster, head_group: str | None) -> str:
             f"{', '.join(known)}"
         )
     return members[0]
-
-
-def group_resource(group: str) -> str:
-    """The Ray custom resource that marks a node of instance group `group`."""
-    return f"node_group:{group}"

@@ -11,13 +11,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from infra.sagemaker.hosts import group_resource
+from rlrun.cluster import node_group_resource
 
 GCS_PORT = 6379  # the head's Ray port, the address every worker and the trainer join
 # A fixed raylet port: a worker knows it has joined once its own raylet listens there.
 NODE_MANAGER_PORT = 6380
-# A node's group resource is large so that any number of actors can each ask for one unit of
-# it, which pins them to the group without limiting how many fit.
+# A node's group resource is large so that any number of pinned bundles (each asks for rlrun's
+# NODE_GROUP_UNIT of it) fit: the resource pins them to the group without limiting how many.
 GROUP_RESOURCE_AMOUNT = 1000
 # The share of /dev/shm given to Ray's object store; the rest stays for NCCL and torch, which
 # also use shared memory. Never more than Ray's own default share of RAM.
@@ -96,6 +96,6 @@ def ray_start_command(
     return [
         ray, "start", "--block", *where, f"--node-ip-address={ip}",
         f"--node-manager-port={NODE_MANAGER_PORT}",
-        f"--resources={json.dumps({group_resource(group): GROUP_RESOURCE_AMOUNT})}",
+        f"--resources={json.dumps({node_group_resource(group): GROUP_RESOURCE_AMOUNT})}",
         f"--object-store-memory={store_bytes}", "--disable-usage-stats",
     ]

@@ -10,7 +10,6 @@ import pytest
 from infra.sagemaker.hosts import (
     RESOURCE_CONFIG,
     HostsError,
-    group_resource,
     head_host,
     host_order,
     load_cluster,
@@ -101,7 +100,3 @@ def test_load_prefers_resource_config_then_sm_hosts_then_one_node(tmp_path: Path
     path.write_text("{")
     with pytest.raises(HostsError, match="is not JSON"):
         load_cluster(tmp_path, env)
-
-
-def test_group_resource_names_the_group() -> None:
-    assert group_resource("cpu-judges") == "node_group:cpu-judges"
