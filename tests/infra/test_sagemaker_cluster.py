@@ -71,6 +71,9 @@ def sh(*args: str) -> None:
     subprocess.run(args, check=True, capture_output=True, text=True)
 
 
+GROUPS = {"algo-1": "trainers", "algo-2": "judges"}
+
+
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[list[Host]]:
     """Two namespaces joined by a veth pair (`eth0` in each), each a host of the job."""
@@ -97,11 +100,13 @@ def hosts(tmp_path: Path) -> Iterator[list[Host]]:
             (etc / "hosts").write_text(
                 "127.0.0.1 localhost\n" + "".join(f"{h.ip} {h.name}\n" for h in made)
             )
+            # Two instance groups, one host each, so that a run can pin actors to either.
             config = {
                 "current_host": host.name, "current_instance_type": "ml.c5.large",
-                "current_group_name": "homogeneousCluster", "hosts": names,
-                "instance_groups": [{"instance_group_name": "homogeneousCluster",
-                                     "instance_type": "ml.c5.large", "hosts": names}],
+                "current_group_name": GROUPS[host.name], "hosts": names,
+                "instance_groups": [{"instance_group_name": group, "instance_type": "ml.c5.large",
+                                     "hosts": [h for h in names if GROUPS[h] == group]}
+                                    for group in ("trainers", "judges")],
                 "network_interface_name": "eth0",
             }
             path = host.root / "input" / "config" / "resourceconfig.json"
@@ -150,7 +155,8 @@ def test_two_hosts_form_a_cluster_train_across_both_and_exit_zero(hosts, tmp_pat
     env = base_env(tmp_path)
     logs = [tmp_path / f"{h.name}.log" for h in hosts]
     # The worker first: it retries until the head is up, as when its instance starts first.
-    procs = [start(h, ["--wait-for-workers-s", "180", "--", *train(2, 1)], env, log)
+    pinned = ["rollout.node_group=trainers", "sandbox.node_group=judges"]
+    procs = [start(h, ["--wait-for-workers-s", "180", "--", *train(2, 1), *pinned], env, log)
              for h, log in zip(reversed(hosts), reversed(logs), strict=True)]
     codes = [p.wait(timeout=900) for p in reversed(procs)]
     texts = {h.name: log.read_text() for h, log in zip(hosts, logs, strict=True)}
@@ -164,9 +170,11 @@ def test_two_hosts_form_a_cluster_train_across_both_and_exit_zero(hosts, tmp_pat
     assert (head / "checkpoints" / "learner" / "step_000002" / "model").is_dir()
     assert (head / "model" / "config.json").is_file()
     where = {h.name: actors_on(h) for h in hosts}
-    # Two learner ranks cannot share a node; the rollout and sandbox actors go where they fit.
+    # Two learner ranks cannot share a node; the rollout and sandbox actors go to the instance
+    # groups config pinned them to.
     assert all("LearnerWorker" in on for on in where.values()), where
-    assert {"RolloutActor", "SandboxActor"} <= where["algo-1"] | where["algo-2"], where
+    assert "RolloutActor" in where["algo-1"] and "RolloutActor" not in where["algo-2"], where
+    assert "SandboxActor" in where["algo-2"] and "SandboxActor" not in where["algo-1"], where
 
 
 def test_a_worker_that_never_comes_up_fails_the_head_naming_it(hosts, tmp_path):
