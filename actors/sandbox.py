@@ -8,9 +8,10 @@ The pool is the handle the reward calls. For each batch it
 2. deals the distinct submissions in chunks to the actor with the least outstanding work
    (tests not yet returned, over every batch in flight), through `actors.pool.ActorPool`;
 3. collects the results in input order. A chunk whose actor dies is judged again on a
-   replacement; a chunk that keeps failing is split so that one program that brings actors
-   down cannot take others with it, and past `max_attempts` it is reported as `sandbox_error`,
-   never scored as the program's failure.
+   replacement, up to `sandbox.retries` times (the budget the judge gives a crashed executor);
+   a chunk that keeps failing is split so that one program that brings actors down cannot take
+   others with it, and once the budget is spent it is reported as `sandbox_error`, never scored
+   as the program's failure: the reward leaves such a sample unscored.
 
 Actors are created with the CPUs of `sandbox.num_cpus`, on the placement group the driver
 hands over (one bundle each), or wherever Ray puts them when there is none (`rlrun judge`).
@@ -61,7 +62,6 @@ class SandboxPool:
         prefix: str = "rlrun",
         placement_group: Any = None,
         chunk_size: int | None = None,
-        max_attempts: int = 4,
     ) -> None:
         if cfg.num_actors < 1:
             raise ValueError(
@@ -87,7 +87,7 @@ class SandboxPool:
         self.pool = ActorPool(
             start, cfg.num_actors, prefix=f"{prefix}.sandbox", role="sandbox",
             timeout_s=cfg.timeout_s, timeout_key="sandbox.timeout_s",
-            max_attempts=max_attempts, give_up=_sandbox_error, split_after=2,
+            max_attempts=cfg.retries + 1, give_up=_sandbox_error, split_after=2,
         )
         self._await_ready()
 

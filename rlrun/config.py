@@ -195,7 +195,7 @@ class SandboxConfig:
     max_tests: int | None = None  # judge at most this many tests per submission (deterministic subset)
     stop_on_first_failure: bool = True  # skip remaining tests after a failure (all-or-nothing scoring)
     docker_image: str = "rlrun-sandbox:latest"  # image for the docker backend
-    retries: int = 2  # re-runs of a test that hit a sandbox_error
+    retries: int = 2  # re-runs of judging that failed for the sandbox's sake (a crashed executor, a dead or hung actor); then sandbox_error
     output_limit_mb: float = 8.0  # cap on a test's stdout and result frames (over: output_limit)
     max_processes: int = 64  # RLIMIT_NPROC of a test (per-slot uid); 0: rely on docker --pids-limit
     max_file_size_mb: int = 64  # RLIMIT_FSIZE of a test
@@ -365,7 +365,7 @@ NON_NEGATIVE: tuple[str, ...] = (
     "rollout.sampling.temperature", "rollout.sampling.top_k", "algo.max_topup_rounds",
     "learner.lora.rank", "learner.lora.dropout", "rollout.num_cpus", "learner.num_cpus",
     "sandbox.num_cpus", "data.val_size", "trainer.max_bad_steps", "metrics.sample_problems",
-    "algo.vespo_k_pos", "algo.vespo_k_neg",
+    "algo.vespo_k_pos", "algo.vespo_k_neg", "sandbox.retries",
 )
 AT_LEAST_ONE_OR_NULL: tuple[str, ...] = ("rollout.num_threads", "learner.num_threads")
 

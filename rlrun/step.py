@@ -185,16 +185,18 @@ def step_metrics(
     )
 
 
-def sample_rows(groups: list[batching.Group], prompts: list[str]) -> list[dict[str, Any]]:
-    """One samples.jsonl row per completion trained on."""
+def sample_rows(batch: Batch, prompts: list[str]) -> list[dict[str, Any]]:
+    """One samples.jsonl row per completion trained on, with the advantage it was trained with
+    (an unscored sample's reward is None and its advantage 0)."""
+    scored = [(g, s) for g in batch.groups for s in g.scored]  # batch.samples' order
     return [
         {
             "problem_id": s.sample.problem_id,
             "prompt": prompts[g.problem_index],
             "response": s.sample.response_text,
             "reward": s.reward,
+            "advantage": t.advantage,
             "components": dict(s.components),
         }
-        for g in groups
-        for s in g.scored
+        for (g, s), t in zip(scored, batch.samples, strict=True)
     ]

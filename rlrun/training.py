@@ -407,7 +407,7 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
                     metrics |= pending
                     trained[state.step] = metrics["train/samples"]
                     logger.log(state.step, metrics)
-                    logger.log_samples(state.step, step.sample_rows(batch.groups, prompts))
+                    logger.log_samples(state.step, step.sample_rows(batch, prompts))
                     last, pending, state, ahead = metrics, {}, done, False
                     steps_run += 1
                     # 8. ... and checkpoint: a checkpointed step is always in the logs.

@@ -146,7 +146,9 @@ def test_step_metrics_and_rows_describe_what_was_trained():
     assert metrics["perf/train_tokens_per_s"] == tokens / 2.0
     assert metrics["train/samples"] == 16 and metrics["loss/total"] == 0.1
     assert metrics["perf/time_sync"] == 0.5 and metrics["async/staleness_max"] == 0
-    rows = step.sample_rows(batch.groups, [p.prompt for p in problems()])
+    rows = step.sample_rows(batch, [p.prompt for p in problems()])
     assert len(rows) == 16
     assert rows[0]["prompt"] == f"q{batch.groups[0].problem_index}"
-    assert set(rows[0]) == {"problem_id", "prompt", "response", "reward", "components"}
+    assert set(rows[0]) == {"problem_id", "prompt", "response", "reward", "advantage",
+                            "components"}
+    assert [r["advantage"] for r in rows] == [s.advantage for s in batch.samples]

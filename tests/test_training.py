@@ -1,6 +1,7 @@
 """End-to-end runs of `run_training` through the real actors, on a 2-CPU local Ray."""
 
 import json
+import math
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM
 
+from rlrun.algo.advantages import group_advantages
 from rlrun.checkpoint import latest_checkpoint, load_state
 from rlrun.cluster import ClusterError
 from rlrun.config import ConfigError, load_config
@@ -28,6 +30,7 @@ from rlrun.training import run_training
 pytestmark = pytest.mark.slow
 
 DIGITS = os.path.join(os.path.dirname(__file__), "fixtures", "training", "rewards.py")
+HUMANEVAL = os.path.join(os.path.dirname(__file__), "fixtures", "rewards", "humaneval_subset.jsonl")
 REWARDS = f"reward.fns=[{{name: correctness}}, {{name: digits, fn: '{DIGITS}:digit_fraction'}}]"
 
 
@@ -172,24 +175,54 @@ def kill_all(class_name: str) -> Callable[[], None]:
     return kill
 
 
-def test_a_rollout_actor_killed_during_training_is_replaced_and_nothing_is_lost(
+def test_actors_killed_during_training_lose_no_sample_and_leave_unjudged_code_unscored(
     ray_cluster, tmp_path
 ):
-    cfg = load_config(None, small_overrides(tmp_path, steps=4) + ["trainer.eval_every=0"])
+    """After the first step both the rollout and the sandbox actor are killed. The rollout
+    chunk is redone on a replacement; with `sandbox.retries=0` the judging chunk sent to the
+    dead sandbox actor has no attempt left, so its programs get `sandbox_error` and their
+    samples are left unscored (reward None, advantage 0, out of their group's statistics), never
+    trained on as wrong answers. HumanEval problems judge every completion (a bare body is
+    code), so whatever the untrained model writes reaches the sandbox."""
+    cfg = load_config(None, small_overrides(tmp_path, steps=4) + [
+        "trainer.eval_every=0", f"data.train={HUMANEVAL}", "data.val_size=2",
+        "sandbox.retries=0", "sandbox.num_cpus=0.5",
+    ])
+
+    def kill() -> None:
+        # Both found before either is killed (a killed process lingers as a zombie).
+        pids = {name: _pids(name) for name in ("RolloutActor", "SandboxActor")}
+        assert all(pids.values()), pids
+        for pid in pids["RolloutActor"] + pids["SandboxActor"]:
+            os.kill(pid, 9)
+
     # After the first step is logged.
-    summary = train_and_kill(cfg, tmp_path / "metrics.jsonl", '"reward/mean"',
-                             kill_all("RolloutActor"))
+    summary = train_and_kill(cfg, tmp_path / "metrics.jsonl", '"reward/mean"', kill)
     assert summary["rollout_restarts"] == 1
     assert summary["rollout_versions"] == [4]  # the replacement caught up with the weights
     train, _ = load_from_config(cfg)
     order = DataOrder(len(train), cfg.run.seed)
-    per_step: dict[int, list[str]] = {}
+    samples: dict[int, list[dict]] = {}
     for row in rows(tmp_path, "samples.jsonl"):
-        per_step.setdefault(row["step"], []).append(row["problem_id"])
+        samples.setdefault(row["step"], []).append(row)
     for step in range(4):
         expected = [train[i].id for i in order.draw(2)]
         # Every prompt of the step, each with its full group: none lost, none twice.
-        assert per_step[step] == [pid for pid in expected for _ in range(4)]
+        assert [r["problem_id"] for r in samples[step]] == [pid for pid in expected
+                                                              for _ in range(4)]
+    logged = {r["step"]: r for r in rows(tmp_path) if "train/samples" in r}
+    assert logged[0]["train/unscored"] == 0 and logged[3]["sandbox/recreated"] == 1
+    hit = [step for step, r in logged.items() if r["train/unscored"] > 0]
+    # Exactly the step whose judging met the dead actor, and only its sandbox_error samples.
+    assert len(hit) == 1 and logged[hit[0]]["sandbox/sandbox_error"] > 0
+    unscored = [r for r in samples[hit[0]] if r["reward"] is None]
+    assert len(unscored) == logged[hit[0]]["train/unscored"]
+    assert all(r["advantage"] == 0.0 for r in unscored)
+    # The advantages trained with are the group statistics of the scored rewards alone.
+    rewards = torch.tensor([[math.nan if r["reward"] is None else r["reward"] for r in
+                             samples[hit[0]][k : k + 4]] for k in range(0, 8, 4)])
+    assert [r["advantage"] for r in samples[hit[0]]] == pytest.approx(
+        group_advantages(rewards, cfg.algo.scale_rewards).flatten().tolist(), abs=1e-6)
 
 
 def test_a_frozen_rollout_actor_is_replaced_within_its_deadline(ray_cluster, tmp_path):

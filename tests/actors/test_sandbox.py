@@ -90,7 +90,7 @@ def test_a_submission_that_always_fails_is_reported_as_sandbox_error_without_its
     # The Judge refuses a submission without tests: every attempt at its chunk fails.
     broken = Submission(id="broken", code=ECHO, language="python", tests=Cases())
     subs = [_sub("n0", 1), broken, _sub("n1", 2), _sub("n2", 3)]
-    with SandboxPool(_cfg(), prefix="poison", chunk_size=4, max_attempts=3) as pool:
+    with SandboxPool(_cfg(), prefix="poison", chunk_size=4) as pool:  # sandbox.retries=2
         results = pool.judge(subs)
     assert [r.id for r in results] == ["n0", "broken", "n1", "n2"]
     assert [r.status for r in results] == ["accepted", "sandbox_error", "accepted", "accepted"]

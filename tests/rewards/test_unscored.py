@@ -122,9 +122,11 @@ def test_the_step_counts_unscored_samples_and_gives_them_no_advantage():
     assert metrics["reward/mean"] == pytest.approx(2 / 3)
     assert metrics["reward/correctness"] == pytest.approx(2 / 3)
     assert metrics["train/accuracy"] == pytest.approx(2 / 3)
-    rows = step.sample_rows(batch.groups, [p.prompt for p in problems])
+    rows = step.sample_rows(batch, [p.prompt for p in problems])
     text = "\n".join(json.dumps(r, allow_nan=False) for r in rows)
-    assert [json.loads(line)["reward"] for line in text.splitlines()].count(None) == 5
+    logged = [json.loads(line) for line in text.splitlines()]
+    assert [r["reward"] for r in logged].count(None) == 5
+    assert all(r["advantage"] == 0.0 for r in logged if r["reward"] is None)
 
 
 def test_the_audit_does_not_pass_a_reference_the_sandbox_could_not_judge():
