@@ -51,6 +51,9 @@ class TrainSample:
     response_ids: list[int]
     behaviour_logprobs: list[float]  # [len(response_ids)], from the rollout engine
     advantage: float
+    # No token of it is in the loss or its normalisers (`algo.mask_truncated`); it still
+    # counted in its group's advantage statistics.
+    masked: bool = False
 
 
 @dataclass
@@ -145,9 +148,11 @@ def to_train_samples(
     scale_rewards: str,
     negative_scale: float = 1.0,
     weights: dict[str, float] | None = None,
+    mask_truncated: bool = False,
 ) -> list[TrainSample]:
     """Flatten groups into samples carrying their group-relative advantage, negative
-    advantages multiplied by `negative_scale`.
+    advantages multiplied by `negative_scale`; with `mask_truncated`, a completion cut at the
+    token limit is kept out of the loss (its reward still counts in its group's statistics).
 
     With `weights` (`reward.aggregation: normalize_then_sum`, one weight per component name) the
     advantages are TRL's normalize_then_sum of the components and `scale_rewards` does not apply.
@@ -168,6 +173,7 @@ def to_train_samples(
                     response_ids=list(s.sample.response_ids),
                     behaviour_logprobs=list(s.sample.behaviour_logprobs),
                     advantage=float(a),
+                    masked=mask_truncated and s.sample.finish_reason == "length",
                 )
             )
     return out
@@ -191,6 +197,7 @@ def make_shards(
     """
     lengths = torch.tensor([len(s.response_ids) for s in samples])  # [N]
     mask = torch.arange(int(lengths.max()) if len(samples) else 0) < lengths[:, None]  # [N, L]
+    mask &= ~torch.tensor([s.masked for s in samples], dtype=torch.bool)[:, None]
     shards = [Shard([]) for _ in range(world_size)]
     for epoch in range(epochs):
         plan = plan_minibatches(

@@ -95,6 +95,7 @@ class AlgoConfig:
     vespo_k_neg: float = 3.0  # vespo: power k for negative advantages
     vespo_lambda_neg: float = 2.0  # vespo: decay lambda for negative advantages
     entropy_mask_quantile: float = 1.0  # policy term only on this top fraction of tokens by entropy, over the global mini-batch (1: all; 0.2 in the paper)
+    mask_truncated: bool = False  # leave completions cut at max_new_tokens out of the loss: no token of them counts (DAPO overlong filtering; TRL mask_truncated_completions)
     off_policy_mask_threshold: float | None = None  # drop sequences with negative advantage whose mean log(pi_behaviour/pi) exceeds this (null: off)
     kl_coef: float = 0.0  # beta; 0 means no reference model is loaded
     kl_estimator: str = "k3"  # k1 | k2 | k3 (Schulman's estimators)

@@ -73,7 +73,7 @@ def collate(
     for s in samples:
         r = len(s.response_ids)
         response_ids.append(list(s.response_ids) + [pad_id] * (resp_len - r))
-        mask.append([1.0] * r + [0.0] * (resp_len - r))
+        mask.append([0.0 if s.masked else 1.0] * r + [0.0] * (resp_len - r))
         behaviour.append(list(s.behaviour_logprobs[:r]) + [0.0] * (resp_len - r))
     if share_prompts:
         input_ids, attention, positions, rows, index = _shared_prompt_rows(
@@ -505,7 +505,9 @@ def _entropy_threshold(
         with _autocast(model, dtype):
             entropy = response_logprobs(model, batch, _temperature(cfg), with_entropy=True)[1]
         _keep_rows(rows, samples, entropy)
-    local = torch.cat(list(rows.values())) if rows else torch.zeros(0, device=device)  # [K]
+    # A sample kept out of the loss (`algo.mask_truncated`) has no tokens in the quantile either.
+    counted = [rows[id(s)] for samples in micro_batches for s in samples if not s.masked]
+    local = torch.cat(counted) if counted else torch.zeros(0, device=device)  # [K]
     everything = gather_entropies(local, world_size)  # [K over all ranks]
     threshold = entropy_threshold(everything, cfg.algo.entropy_mask_quantile)
     kept = float((everything >= threshold).sum().item())

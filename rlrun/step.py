@@ -142,7 +142,8 @@ def make_batch(rollout: Rollout, version: int, step: int, cfg: Config) -> Batch:
     groups, dropped = batching.drop_stale(rollout.groups, version, algo.max_staleness)
     groups = batching.trim_groups(groups, algo.mini_batches * world)
     samples = batching.to_train_samples(
-        groups, algo.scale_rewards, algo.negative_advantage_scale, normalize_weights(cfg)
+        groups, algo.scale_rewards, algo.negative_advantage_scale, normalize_weights(cfg),
+        mask_truncated=algo.mask_truncated,
     )
     if not samples:
         return Batch(groups, samples, [batching.Shard([]) for _ in range(world)], dropped)

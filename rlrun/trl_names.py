@@ -79,9 +79,7 @@ TRL_NAMES: tuple[TrlName, ...] = (
     TrlName("vllm_importance_sampling_clip_max", "algo.is_cap"),
     TrlName("vllm_importance_sampling_clip_min", "algo.is_floor"),
     TrlName("vllm_importance_sampling_cap", "algo.is_cap"),
-    TrlName("mask_truncated_completions", "",
-            note="rlrun has none; DAPO's other remedy for truncated completions is "
-                 "reward.shaping.overlong_buffer"),
+    TrlName("mask_truncated_completions", "algo.mask_truncated"),
 )
 
 # rlrun keys whose values a TRL user fills with the values of a TRL field.

@@ -80,3 +80,18 @@ def test_batch_metrics_report_staleness_and_accuracy():
     assert m["train/accuracy"] == 0.75
     assert m["reward/mean"] == 0.75
     assert torch.isclose(torch.tensor(m["reward/correctness"]), torch.tensor(0.75))
+
+
+def test_mask_truncated_keeps_cut_completions_out_of_the_loss_but_not_the_baseline():
+    g = group(0, [0.0, 1.0, 1.0, 0.0])
+    g.scored[1].sample.finish_reason = "length"
+    off = batching.to_train_samples([g], "none")
+    on = batching.to_train_samples([g], "none", mask_truncated=True)
+    assert [s.masked for s in off] == [False] * 4
+    assert [s.masked for s in on] == [False, True, False, False]
+    # The cut completion's reward still sets its group's baseline.
+    assert [s.advantage for s in on] == [s.advantage for s in off] == [-0.5, 0.5, 0.5, -0.5]
+    [update] = batching.make_shards(on, step=0, world_size=1, epochs=1, mini_batches=1,
+                                    max_len=16, seed=0)[0].updates
+    assert update.norm.total_tokens == sum(len(s.response_ids) for s in on if not s.masked)
+    assert update.norm.total_seqs == 4  # TRL: a masked sequence still counts as one

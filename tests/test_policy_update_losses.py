@@ -24,10 +24,14 @@ MODES = {
     "cispo_off_policy_luspo": ["algo.policy_loss=cispo", "algo.off_policy_mask_threshold=0.01",
                                "algo.loss_agg=seq_mean_token_sum", "algo.kl_coef=0.1"],
     "vespo": ["algo.policy_loss=vespo", "algo.entropy_mask_quantile=0.7"],
+    "mask_truncated_entropy_mask": ["algo.mask_truncated=true", "algo.entropy_mask_quantile=0.5",
+                                    "algo.loss_agg=token_mean"],
 }
 
 
-def samples() -> list[batching.TrainSample]:
+def samples(masked: bool = False) -> list[batching.TrainSample]:
+    """Eight samples; with `masked`, every third is kept out of the loss (`masked=True` is what
+    `to_train_samples` sets on a truncated completion under `algo.mask_truncated`)."""
     gen = torch.Generator().manual_seed(0)
     out = []
     for i in range(8):
@@ -35,7 +39,8 @@ def samples() -> list[batching.TrainSample]:
         response = torch.randint(3, 200, (n,), generator=gen).tolist()
         behaviour = (-5.5 + 0.5 * torch.randn(n, generator=gen)).tolist()
         out.append(batching.TrainSample([40 + i % 2, 41, 42], response, behaviour,
-                                        advantage=float(i % 4) - 1.5))
+                                        advantage=float(i % 4) - 1.5,
+                                        masked=masked and i % 3 == 1))
     return out
 
 
@@ -63,6 +68,31 @@ def test_entropy_mask_keeps_the_top_fraction_of_the_update(tiny):
     assert metrics["optim/grad_norm"] > 0
 
 
+def test_a_masked_sample_changes_nothing_in_the_update(tiny):
+    """Its advantage and its tokens' entropies are out of the loss and the entropy quantile."""
+    cfg = config(1, "mask_truncated_entropy_mask")
+    pad_id = load_tokenizer(tiny).pad_token_id
+    deltas = []
+    for flip in (False, True):
+        torch.manual_seed(0)
+        policy = build_policy(cfg, tiny, torch.device("cpu"), 1)
+        optimizer = torch.optim.SGD(policy.trainable(), lr=0.1)
+        batch = samples(masked=True)
+        if flip:
+            for s in batch:
+                if s.masked:
+                    s.advantage, s.response_ids = -10 * s.advantage, [7] * len(s.response_ids)
+        shard = batching.make_shards(batch, step=0, world_size=1, epochs=1, mini_batches=2,
+                                     max_len=8, seed=0)[0]
+        before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+        train_on_shard(policy.train_module, optimizer, warmup_schedule(optimizer, 0), shard, cfg,
+                       pad_id)
+        deltas.append({n: before[n] - p.detach() for n, p in policy.model.named_parameters()})
+    for name, d in deltas[0].items():
+        torch.testing.assert_close(deltas[1][name], d, atol=1e-6, rtol=1e-5, msg=name)
+    assert any(d.abs().max() > 1e-4 for d in deltas[0].values())
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -77,7 +107,8 @@ def one_step(rank: int, world: int, port: int, path: str, out: str) -> None:
         cfg = config(world, mode)
         policy = build_policy(cfg, path, torch.device("cpu"), world)
         optimizer = torch.optim.SGD(policy.trainable(), lr=0.1)
-        shard = batching.make_shards(samples(), step=0, world_size=world, epochs=1,
+        masked = "algo.mask_truncated=true" in MODES[mode]
+        shard = batching.make_shards(samples(masked), step=0, world_size=world, epochs=1,
                                      mini_batches=2, max_len=8, seed=0)[rank]
         before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
         metrics = train_on_shard(policy.train_module, optimizer, warmup_schedule(optimizer, 0),

@@ -64,7 +64,7 @@ def test_new_keys_fail_with_one_line_naming_the_key(overrides, names) -> None:
         ("algo.num_iterations=2", ["algo.epochs=2"]),
         ("algo.vllm_importance_sampling_mode=token_mask",
          ["algo.is_correction=token algo.is_mode=mask"]),
-        ("algo.mask_truncated_completions=true", ["rlrun has none", "overlong_buffer"]),
+        ("algo.mask_truncated_completions=true", ["in rlrun write algo.mask_truncated=True"]),
         ("algo.max_completion_length=256", ["rollout.sampling.max_new_tokens=256"]),
     ],
 )

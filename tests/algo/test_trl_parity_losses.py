@@ -1,6 +1,7 @@
-"""Every TRL 1.16 loss_type, both ratio levels, the entropy mask and the off-policy mask: the
-same tensors through TRL's own `GRPOTrainer._compute_loss` and through rlrun's `grpo_loss`
-agree on the loss and on the gradients of the log-probs and entropies.
+"""Every TRL 1.16 loss_type, both ratio levels, the entropy mask, the off-policy mask and
+masked truncated completions: the same tensors through TRL's own `GRPOTrainer._compute_loss`
+and through rlrun's `grpo_loss` agree on the loss and on the gradients of the log-probs and
+entropies.
 
 The rlrun settings of each loss_type come from `rlrun.trl_names.TRL_NAMES`, the table that
 config errors and `rlrun config show` print, so this also checks what that table tells users.
@@ -14,7 +15,9 @@ import pytest
 import torch
 
 from rlrun.algo import LossNorm, entropy_threshold, grpo_loss, high_entropy_mask
+from rlrun.batching import TrainSample, make_shards
 from rlrun.config import AlgoConfig
+from rlrun.policy_update import collate
 from rlrun.trl_names import TRL_NAMES
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"]
@@ -121,4 +124,59 @@ def test_matches_trl_compute_loss(
         torch.testing.assert_close(ours_ent.grad, theirs_ent.grad, atol=1e-5, rtol=1e-5)
     else:
         assert ours_ent.grad is None
+    assert ours_lp.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("top_entropy_quantile", [1.0, 0.4])
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo", "cispo"])
+def test_mask_truncated_matches_trl(
+    loss_type: str, top_entropy_quantile: float, trl_compute_loss
+) -> None:
+    """`algo.mask_truncated` through rlrun's own batch path (`make_shards` for the normalisers,
+    `collate` for the mask) against TRL's `mask_truncated_completions`, which zeroes the
+    completion mask of every truncated completion before `_compute_loss`."""
+    logprobs, old, behaviour, ref, entropy, mask, adv = _random_batch(12, 7, seed=7)
+    truncated = torch.tensor([i % 3 == 1 for i in range(12)])
+    samples = [
+        TrainSample([1], [5] * int(m.sum()), behaviour[i, : int(m.sum())].tolist(),
+                    float(adv[i]), masked=bool(truncated[i]))
+        for i, m in enumerate(mask)
+    ]
+    [update] = make_shards(samples, step=0, world_size=1, epochs=1, mini_batches=1,
+                           max_len=MAX_LEN, seed=0)[0].updates
+    order = [next(i for i, s in enumerate(samples) if s is u) for u in update.samples]
+    logprobs, old, behaviour, ref, entropy, adv = (
+        t[order] for t in (logprobs, old, behaviour, ref, entropy, adv))
+    ours_mask = collate(update.samples, pad_id=0).mask  # [N, L]
+    theirs_mask = mask[order] * (~truncated[order]).unsqueeze(1).long()
+    assert torch.equal(ours_mask, theirs_mask.float())
+    eps_high = 1.3 if loss_type == "cispo" else 0.28
+
+    theirs_lp = logprobs.clone().requires_grad_(True)
+    theirs = trl_compute_loss(
+        logprobs=theirs_lp, old_logprobs=old, advantages=adv, mask=theirs_mask,
+        loss_type=loss_type, epsilon=0.2, epsilon_high=eps_high, beta=0.04, ref_logprobs=ref,
+        entropies=entropy, entropy_coef=0.01, max_completion_length=MAX_LEN,
+        top_entropy_quantile=top_entropy_quantile, sampling_logprobs=behaviour,
+    )
+    theirs.backward()
+
+    cfg = replace(
+        AlgoConfig(**_rlrun_settings(loss_type)), clip_low=0.2, clip_high=eps_high,
+        cispo_cap=eps_high, kl_coef=0.04, entropy_coef=0.01,
+        entropy_mask_quantile=top_entropy_quantile, is_correction="none", mask_truncated=True,
+    )
+    norm, keep = update.norm, None
+    if top_entropy_quantile < 1.0:
+        keep = high_entropy_mask(entropy, ours_mask,
+                                 entropy_threshold(entropy[ours_mask.bool()], top_entropy_quantile))
+        norm = replace(norm, entropy_mask_tokens=float(keep.sum()))
+    ours_lp = logprobs.clone().requires_grad_(True)
+    ours, _ = grpo_loss(ours_lp, old, adv, ours_mask, cfg, norm, behaviour_logprobs=behaviour,
+                        ref_logprobs=ref, entropy=entropy, entropy_mask=keep)
+    ours.backward()
+
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours_lp.grad, theirs_lp.grad, atol=1e-5, rtol=1e-5)
+    assert ours_lp.grad[truncated[order]].abs().sum() == 0  # no gradient through a cut one
     assert ours_lp.grad.abs().sum() > 0
