@@ -195,9 +195,12 @@ _FULL_LOGITS_BYTES = 2**28
 
 
 def response_logprobs(
-    model: torch.nn.Module, batch: TensorBatch, temperature: float, with_entropy: bool = False
+    model: torch.nn.Module, batch: TensorBatch, temperature: float, with_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
-    """Log-prob of each response token, [N, L], and optionally the per-token entropy, [N, L].
+    """Log-prob of each response token, [N, L], and optionally the per-token entropy, [N, L],
+    with gradient only when `entropy_grad` (the loss has an entropy term; for the metric alone
+    backward would otherwise differentiate through it for nothing).
 
     The response positions go through `log_softmax` a chunk at a time, so no [N, L, V] tensor is
     made. When the batch's logits would be small (`_FULL_LOGITS_BYTES`) the model computes them
@@ -218,12 +221,16 @@ def response_logprobs(
     if full_bytes <= _FULL_LOGITS_BYTES:
         logits = model(**inputs).logits  # [R, T, V]
         logp, entropy = _ChunkedLogprobs.apply(
-            logits, rows, positions, targets, temperature, with_entropy
+            logits, rows, positions, targets, temperature, with_entropy, entropy_grad
         )  # [N*L], [N*L] (or empty)
     else:
-        with _selective_head(head, rows, positions, targets, temperature, with_entropy):
+        with _selective_head(head, rows, positions, targets, temperature, with_entropy,
+                             entropy_grad):
             logp, entropy = model(**inputs).logits  # [2, N*L]: what the patched head returned
-    return logp.view(shape) * batch.mask, entropy.view(shape) if with_entropy else None
+    if not with_entropy:
+        return logp.view(shape) * batch.mask, None
+    entropy = entropy.view(shape)  # [N, L]
+    return logp.view(shape) * batch.mask, entropy if entropy_grad else entropy.detach()
 
 
 def _output_head(model: torch.nn.Module) -> torch.nn.Linear:
@@ -234,7 +241,7 @@ def _output_head(model: torch.nn.Module) -> torch.nn.Linear:
 @contextlib.contextmanager
 def _selective_head(
     head: torch.nn.Linear, rows: Tensor, positions: Tensor, targets: Tensor,
-    temperature: float, with_entropy: bool,
+    temperature: float, with_entropy: bool, entropy_grad: bool,
 ) -> Iterator[None]:
     """While open, `head` (the model's output layer) maps the hidden states [R, T, H] to the
     log-probs of `targets` at (`rows`, `positions`) and their entropies, [2, M], instead of to
@@ -249,7 +256,7 @@ def _selective_head(
             # every chunk's alive until then.
             chunk_logp, chunk_entropy = torch.utils.checkpoint.checkpoint(
                 _head_chunk, picked[part], head.weight, head.bias, targets[part], temperature,
-                with_entropy, use_reentrant=False,
+                with_entropy, entropy_grad, use_reentrant=False,
             )  # [C], [C]
             logp.append(chunk_logp)
             entropy.append(chunk_entropy if with_entropy else torch.zeros_like(chunk_logp))
@@ -264,14 +271,15 @@ def _selective_head(
 
 def _head_chunk(
     hidden: Tensor, weight: Tensor, bias: Tensor | None, targets: Tensor, temperature: float,
-    with_entropy: bool,
+    with_entropy: bool, entropy_grad: bool,
 ) -> tuple[Tensor, Tensor | None]:
     logits = torch.nn.functional.linear(hidden, weight, bias)  # [C, V]
-    return _chunk_logprobs(logits, targets, temperature, with_entropy)
+    return _chunk_logprobs(logits, targets, temperature, with_entropy, entropy_grad)
 
 
 def _chunk_logprobs(
-    picked: Tensor, targets: Tensor, temperature: float, with_entropy: bool
+    picked: Tensor, targets: Tensor, temperature: float, with_entropy: bool,
+    entropy_grad: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-prob of `targets` and entropy for a chunk of positions' logits, [C, V] -> [C], [C].
 
@@ -280,8 +288,10 @@ def _chunk_logprobs(
     """
     logp_all = torch.log_softmax(picked.float() / temperature, dim=-1)  # [C, V]
     logp = torch.gather(logp_all, 1, targets.unsqueeze(-1)).squeeze(-1)  # [C]
-    entropy = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None  # [C]
-    return logp, entropy
+    if not with_entropy:
+        return logp, None
+    source = logp_all if entropy_grad else logp_all.detach()  # [C, V]
+    return logp, -(source.exp() * source).sum(-1)  # [C], [C]
 
 
 def _chunk_rows(vocab: int) -> int:
@@ -313,9 +323,10 @@ class _ChunkedLogprobs(torch.autograd.Function):
         targets: Tensor,
         temperature: float,
         with_entropy: bool,
+        entropy_grad: bool,
     ) -> tuple[Tensor, Tensor]:
         ctx.save_for_backward(logits, rows, positions, targets)
-        ctx.temperature, ctx.with_entropy = temperature, with_entropy
+        ctx.temperature, ctx.entropy_grad = temperature, with_entropy and entropy_grad
         ctx.set_materialize_grads(False)
         logp = logits.new_empty(targets.shape, dtype=torch.float32)  # [M]
         entropy = logits.new_empty(targets.shape if with_entropy else 0, dtype=torch.float32)
@@ -327,7 +338,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
             logp[part] = chunk_logp
             if chunk_entropy is not None:
                 entropy[part] = chunk_entropy
-        if not with_entropy:
+        if not ctx.entropy_grad:
             ctx.mark_non_differentiable(entropy)
         return logp, entropy
 
@@ -337,17 +348,17 @@ class _ChunkedLogprobs(torch.autograd.Function):
         ctx: torch.autograd.function.FunctionCtx,
         grad_logp: Tensor | None,
         grad_entropy: Tensor | None,
-    ) -> tuple[Tensor | None, None, None, None, None, None]:
+    ) -> tuple[Tensor | None, None, None, None, None, None, None]:
         if getattr(ctx, "spent", False):
             raise RuntimeError(
                 "response_logprobs: backward ran once already and wrote its gradient over the "
                 "logits it needs; a second backward (retain_graph=True) needs a fresh forward"
             )
         logits, rows, positions, targets = ctx.saved_tensors
-        if not ctx.with_entropy:
+        if not ctx.entropy_grad:
             grad_entropy = None
         if grad_logp is None and grad_entropy is None:
-            return None, None, None, None, None, None
+            return None, None, None, None, None, None, None
         # [R, T, V]: the logits' own storage, unless they are a leaf someone else may hold.
         ctx.spent = logits.grad_fn is not None
         grad = logits.detach() if ctx.spent else torch.empty_like(logits)
@@ -387,7 +398,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
                 # same order (with one thread; with several, neither order is fixed on CPU).
                 chunk_grad.index_put_((local,), sample_grad, accumulate=True)
             grad[where] = chunk_grad
-        return grad, None, None, None, None, None
+        return grad, None, None, None, None, None, None
 
 
 def _micro_batches(samples: list[TrainSample], cfg: Config) -> list[list[TrainSample]]:
@@ -586,8 +597,11 @@ def train_on_shard(
             batch = _batch(model, samples, share, pad_id, device, compute_dtype)
             with _gradient_sync(model, m == len(micro_batches) - 1):
                 with _autocast(model, compute_dtype):
+                    # The entropy is always a metric (`loss/entropy`), a loss term only with
+                    # algo.entropy_coef.
                     logp, entropy = response_logprobs(
-                        model, batch, temperature, with_entropy=algo.entropy_coef > 0
+                        model, batch, temperature, with_entropy=True,
+                        entropy_grad=algo.entropy_coef != 0,
                     )
                 if u == 0:
                     _keep_rows(old, samples, logp)

@@ -101,6 +101,24 @@ def test_chunked_equals_the_one_pass_formula(model, share, temperature, with_ent
 
 @pytest.mark.usefixtures("small_chunks")
 @pytest.mark.parametrize("head", [False, True], ids=["full-logits", "selective-head"])
+def test_entropy_for_the_metric_alone_has_no_gradient_and_leaves_logp_gradients_alone(
+    model, head, monkeypatch
+):
+    if head:
+        monkeypatch.setattr(policy_update, "_FULL_LOGITS_BYTES", 0)
+    batch = collate(samples(), pad_id=0, share_prompts=True)
+    want = values_and_grads(reference, model, batch, 0.7, True, ("logp",))
+    logp, entropy = response_logprobs(model, batch, 0.7, True, entropy_grad=False)
+    assert not entropy.requires_grad
+    torch.testing.assert_close(entropy, want[1], atol=1e-6, rtol=0.0)
+    weights = torch.linspace(-1, 1, logp.numel()).view_as(logp)
+    grads = torch.autograd.grad((logp * weights).sum(), list(model.parameters()))
+    for a, b in zip(grads, want[2], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5 if head else 1e-6, rtol=0.0)
+
+
+@pytest.mark.usefixtures("small_chunks")
+@pytest.mark.parametrize("head", [False, True], ids=["full-logits", "selective-head"])
 def test_an_empty_response_gets_zero_logprobs_and_no_gradient(model, head, monkeypatch):
     if head:
         monkeypatch.setattr(policy_update, "_FULL_LOGITS_BYTES", 0)
@@ -142,7 +160,7 @@ def test_autograd_keeps_no_vocabulary_sized_fp32_copy(model):
         before = len(saved)
         policy_update._ChunkedLogprobs.apply(
             logits, batch.rows.unsqueeze(-1).expand_as(batch.response_ids).reshape(-1),
-            batch.response_index.reshape(-1), batch.response_ids.reshape(-1), 0.7, True,
+            batch.response_index.reshape(-1), batch.response_ids.reshape(-1), 0.7, True, True,
         )
     by_vocab = [t for t in saved[before:] if t.dim() and t.shape[-1] == vocab]
     assert len(by_vocab) == 1 and by_vocab[0] is logits
@@ -169,7 +187,8 @@ def test_leaf_logits_are_left_as_they_are():
     before = logits.detach().clone()
     rows, positions = torch.tensor([0, 0, 1, 1]), torch.tensor([1, 1, 2, 4])  # [M]
     targets = torch.tensor([3, 4, 5, 6])  # [M]
-    logp, _ = policy_update._ChunkedLogprobs.apply(logits, rows, positions, targets, 1.0, False)
+    logp, _ = policy_update._ChunkedLogprobs.apply(logits, rows, positions, targets, 1.0, False,
+                                                   False)
     logp.sum().backward()
     assert torch.equal(logits.detach(), before)
     picked = before[rows, positions]  # [M, V]

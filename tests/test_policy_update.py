@@ -51,6 +51,8 @@ def test_a_step_changes_the_weights_and_reports_metrics(tiny_path):
     assert metrics["train/bad_steps"] == 0
     assert math.isfinite(metrics["optim/grad_norm"]) and metrics["optim/grad_norm"] > 0
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # Entropy is reported without an entropy term in the loss (algo.entropy_coef=0).
+    assert 0 < metrics["loss/entropy"] <= math.log(model.config.vocab_size)
 
 
 def test_a_non_finite_update_is_skipped_and_counted(tiny_path):

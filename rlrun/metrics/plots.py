@@ -56,7 +56,6 @@ PLOTS: tuple[PlotSpec, ...] = (
              _exact("response/len_mean", "response/len_max"), "tokens"),
     PlotSpec("truncation", "Truncated and all-equal fractions",
              _exact("response/truncated_frac", "train/all_equal_frac"), "fraction"),
-    # loss/entropy is logged when the loss uses it (algo.entropy_coef or the entropy mask).
     PlotSpec("kl", "KL to the reference", _exact("loss/kl"), "nats per token"),
     PlotSpec("entropy", "Policy entropy", _exact("loss/entropy"), "nats per token"),
     PlotSpec("loss", "Policy loss, clip fraction, grad norm",
