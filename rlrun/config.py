@@ -289,7 +289,7 @@ class HealthConfig:
 
 @dataclass
 class MetricsConfig:
-    console: bool = True  # key: value lines on stdout (log scrapers read these)
+    console: str = "short"  # step line on stdout: short (reward, accuracy, KL, step time, samples/s; lost work when any) | full (every metric, as in train.log) | off
     progress: str = "auto"  # auto (a bar on an interactive terminal, none otherwise) | bar | off
     tensorboard: bool = True  # TensorBoard event files in the run directory
     mlflow: bool = False  # log to MLflow (needs mlflow installed)
@@ -345,6 +345,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "reward.aggregation": ("sum", "normalize_then_sum"),
     "trainer.early_stopping.mode": ("max", "min"),
     "metrics.progress": ("auto", "bar", "off"),
+    "metrics.console": ("short", "full", "off"),
 }
 
 POSITIVE: tuple[str, ...] = (

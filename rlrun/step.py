@@ -170,9 +170,11 @@ def step_metrics(
     timings: dict[str, float],
 ) -> dict[str, float]:
     """Everything one step logs: batch statistics, the rollout's and the learner's metrics,
-    and `timings` (perf/time_rollout, perf/time_train, perf/time_sync, ... in seconds)."""
+    and `timings` (perf/time_rollout, perf/time_train, perf/time_sync, perf/time_step, ... in
+    seconds)."""
     tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in batch.samples)
     t_train = timings.get("perf/time_train", 0.0)
+    t_step = timings.get("perf/time_step", 0.0)
     return (
         batching.batch_metrics(batch.groups, version)
         | rollout.metrics
@@ -181,6 +183,7 @@ def step_metrics(
             "async/dropped_samples": float(batch.dropped),
             "train/samples": float(len(batch.samples)),
             "perf/train_tokens_per_s": tokens / t_train if t_train > 0 else 0.0,
+            "perf/samples_per_s": len(batch.samples) / t_step if t_step > 0 else 0.0,
         }
         | timings
     )

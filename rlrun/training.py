@@ -397,7 +397,8 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
                     )
                     # 7. log ...
                     timings = {"perf/time_rollout": t_rollout, "perf/time_train": t_train,
-                               "perf/time_sync": t_sync} | synced
+                               "perf/time_sync": t_sync,
+                               "perf/time_step": time.perf_counter() - t0} | synced
                     metrics = step.step_metrics(batch, rollout, learned, state.version, timings)
                     if sandbox is not None:
                         metrics["sandbox/recreated"] = float(sandbox.stats()["recreated"])

@@ -112,6 +112,14 @@ def command_from_hyperparameters(root: Path) -> list[str]:
     return [*head, "--", "rlrun", "train", config, *overrides]
 
 
+def trainer_command(command: list[str], root: Path, head_ip: str) -> list[str]:
+    """`rlrun train CONFIG [key=value ...]` as the head runs it: every metric on the console
+    line first (SageMaker's metric regexes read it; the job's own overrides come after, so they
+    may still ask for the short line), then `trainer_overrides` last."""
+    return [*command[:3], "metrics.console=full", *command[3:],
+            *trainer_overrides(root, head_ip)]
+
+
 def trainer_overrides(root: Path, head_ip: str) -> list[str]:
     """What the entrypoint sets on the trainer's command line: the head's address, the output
     under checkpoints/ (which SageMaker syncs to S3), and resume when a checkpoint is there."""
@@ -261,7 +269,7 @@ def run_head(args: argparse.Namespace, root: Path, cluster: Cluster, ips: dict[s
 
     wait_for(all_joined, deadline, timed_out, stopped, node_failed)
     print(f"entrypoint: all {len(cluster.hosts)} hosts joined the Ray cluster", flush=True)
-    command = args.command + trainer_overrides(root, head_ip)
+    command = trainer_command(args.command, root, head_ip)
     code, last_error = run_trainer(command, node.env, stopped)
     if stopped.is_set():
         print(f"entrypoint: stopped by SIGTERM; trainer exited {code}", flush=True)

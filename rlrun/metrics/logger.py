@@ -1,8 +1,9 @@
 """MetricsLogger: one call per step fans metrics out to every enabled sink.
 
-Sinks: `run_dir/metrics.jsonl` (always; the report and tests read it), one `key: value` console
-line per step on stdout (a stable format, so log scrapers can read it) and in
-`run_dir/train.log` (always; `rlrun train` adds its summary at the end), TensorBoard event
+Sinks: `run_dir/metrics.jsonl` (always; the report and tests read it), one `key: value` line
+per step with every metric in `run_dir/train.log` (always; `rlrun train` adds its summary at
+the end) and on stdout as `metrics.console` says (`short`: the few numbers that tell a run's
+health, `full`: the train.log line, which log scrapers such as SageMaker's read), TensorBoard event
 files under `run_dir/tensorboard/`, and optionally MLflow and Weights & Biases. Sample
 completions go to `run_dir/samples.jsonl` for the report. Metric names are the flat namespace
 documented in docs/metrics.md.
@@ -33,6 +34,7 @@ STANDARD_METRICS: tuple[str, ...] = (
     "loss/kl", "loss/entropy", "loss/clip_frac", "loss/is_weight_mean", "loss/is_weight_max",
     "optim/grad_norm", "optim/lr", "async/staleness_mean", "async/staleness_max",
     "perf/time_generate", "perf/time_reward", "perf/time_train", "perf/time_sync",
+    "perf/time_step", "perf/samples_per_s",
     "perf/rollout_tokens_per_s", "perf/train_tokens_per_s", "sandbox/tests_per_s",
     *(f"sandbox/{status}" for status in VERDICT_STATUSES), "val/accuracy", "val/pass@1",
 )
@@ -45,6 +47,17 @@ _ORDER = (
 # Short console names: `reward: 0.43 pass@1: 0.41` read better than the full names.
 _ALIASES = {"reward/mean": "reward"}
 SAMPLE_KEYS = ("problem_id", "prompt", "response", "reward", "components")
+# The short console line (`metrics.console: short`): is it learning, how fast...
+SHORT_METRICS = (
+    "reward/mean", "val/accuracy", "train/accuracy", "loss/kl", "perf/time_step",
+    "perf/samples_per_s",
+)
+# ... and, on the steps that have any, work that was lost or left out (prefixes end in "@").
+SHORT_PREFIXES = ("val/pass@",)
+SHORT_IF_NONZERO = (
+    "train/unscored", "train/bad_steps", "train/stopped_bad_steps", "async/dropped_samples",
+    "sandbox/sandbox_error",
+)
 
 
 def console_name(name: str) -> str:
@@ -76,6 +89,15 @@ def format_console_line(step: int, metrics: dict[str, float]) -> str:
     parts = [f"step={step}"]
     parts += [f"{console_name(k)}: {_fmt(metrics[k])}" for k in sorted(metrics, key=_rank)]
     return " ".join(parts)
+
+
+def short_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """The metrics of the short console line, in the full line's names and order: so a
+    scraper of the full line reads the short one too."""
+    return {
+        k: v for k, v in metrics.items()
+        if k in SHORT_METRICS or k.startswith(SHORT_PREFIXES) or (k in SHORT_IF_NONZERO and v)
+    }
 
 
 def _number(step: int, name: str, value: Any) -> float:
@@ -227,9 +249,6 @@ class MetricsLogger:
         self._samples = open(self.run_dir / "samples.jsonl", "a", encoding="utf-8")
         self._text = open(self.run_dir / "train.log", "a", encoding="utf-8")
 
-    def console_line(self, step: int, metrics: dict[str, float]) -> str:
-        return format_console_line(step, metrics)
-
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Record one step. Non-finite values are written to JSONL as null."""
         clean = {k: _number(step, k, v) for k, v in metrics.items()}
@@ -239,10 +258,12 @@ class MetricsLogger:
         self._metrics.flush()
         for sink in self._sinks:
             sink.log(step, clean)
-        line = self.console_line(step, clean)
+        line = format_console_line(step, clean)
         self._text.write(line + "\n")
         self._text.flush()
-        if self.cfg.console:
+        if self.cfg.console != "off":
+            if self.cfg.console == "short":
+                line = format_console_line(step, short_metrics(clean))
             if self._bar is not None:
                 tqdm.write(line, file=sys.stdout)
             else:

@@ -85,6 +85,23 @@ def test_trainer_overrides_resume_only_from_a_complete_checkpoint(tmp_path: Path
     assert entrypoint.trainer_overrides(tmp_path, "10.0.0.1")[-1] == "run.resume=true"
 
 
+def test_the_trainer_prints_every_metric_for_the_regexes_unless_the_job_says_otherwise(
+    tmp_path: Path,
+) -> None:
+    from rlrun.config import load_config
+
+    demo = str(Path(__file__).parents[2] / "conf" / "demo.yaml")
+    command = entrypoint.trainer_command(["rlrun", "train", "conf/demo.yaml", "trainer.steps=2"],
+                                         tmp_path, "10.0.0.1")
+    assert command[:5] == ["rlrun", "train", "conf/demo.yaml", "metrics.console=full",
+                           "trainer.steps=2"]
+    assert command[5:] == entrypoint.trainer_overrides(tmp_path, "10.0.0.1")
+    assert load_config(demo, command[3:]).metrics.console == "full"
+    mine = entrypoint.trainer_command(["rlrun", "train", "conf/demo.yaml",
+                                       "metrics.console=short"], tmp_path, "10.0.0.1")
+    assert load_config(demo, mine[3:]).metrics.console == "short"
+
+
 def test_failure_file_and_exit_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A --head-group that no instance group has: the reason lands in output/failure.
     monkeypatch.setenv("RLRUN_SM_ROOT", str(tmp_path))

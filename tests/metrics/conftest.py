@@ -46,7 +46,7 @@ def step_metrics(step: int, rng: random.Random) -> dict[str, float]:
 def write_run(run_dir: Path, cfg: MetricsConfig | None = None) -> Path:
     rng = random.Random(0)
     config = to_dict(load_config(None, ["run.name=synthetic", "trainer.steps=30"]))
-    cfg = cfg or MetricsConfig(console=False, progress="off")
+    cfg = cfg or MetricsConfig(console="off", progress="off")
     with MetricsLogger(cfg, str(run_dir), config=config, total_steps=STEPS) as logger:
         for step in range(1, STEPS + 1):
             logger.log(step, step_metrics(step, rng))

@@ -33,17 +33,46 @@ def test_console_line_format_is_pinned() -> None:
     )
 
 
-def test_console_line_goes_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = MetricsConfig(tensorboard=False, progress="off")
+STEP = {
+    "reward/mean": 0.5, "reward/std": 0.25, "train/accuracy": 0.375, "loss/kl": 0.01,
+    "loss/policy": -0.1, "perf/time_step": 2.5, "perf/samples_per_s": 51.2,
+    "perf/time_train": 1.0, "train/unscored": 0.0, "sandbox/sandbox_error": 0.0,
+}
+
+
+def test_the_short_console_line_tells_health_and_speed_and_lost_work_when_any(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = MetricsConfig(tensorboard=False, progress="off")  # console: short
     with MetricsLogger(cfg, str(tmp_path)) as logger:
-        logger.log(7, {"reward/mean": 0.5, "loss/kl": 0.01})
-    assert capsys.readouterr().out == "step=7 reward: 0.5 loss/kl: 0.01\n"
+        logger.log(7, STEP)
+        logger.log(8, STEP | {"train/unscored": 3.0, "val/pass@1": 0.5, "val/pass@4": 0.75,
+                              "val/accuracy": 0.5, "val/math/accuracy": 0.25})
+    assert capsys.readouterr().out.splitlines() == [
+        "step=7 reward: 0.5 train/accuracy: 0.375 loss/kl: 0.01 perf/samples_per_s: 51.2 "
+        "perf/time_step: 2.5",
+        "step=8 reward: 0.5 pass@1: 0.5 pass@4: 0.75 val/accuracy: 0.5 train/accuracy: 0.375 "
+        "train/unscored: 3 loss/kl: 0.01 perf/samples_per_s: 51.2 perf/time_step: 2.5",
+    ]
+    # train.log has every metric whatever the console shows.
+    assert (tmp_path / "train.log").read_text().splitlines()[0] == format_console_line(7, STEP)
+
+
+def test_the_full_console_line_is_the_train_log_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = MetricsConfig(tensorboard=False, progress="off", console="full")
+    with MetricsLogger(cfg, str(tmp_path)) as logger:
+        logger.log(7, {"reward/mean": 0.5, "loss/kl": 0.01, "optim/lr": 1e-05})
+    out = capsys.readouterr().out
+    assert out == "step=7 reward: 0.5 loss/kl: 0.01 optim/lr: 1e-05\n"
+    assert (tmp_path / "train.log").read_text() == out
 
 
 def test_step_lines_go_to_train_log_even_off_the_console(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = MetricsConfig(tensorboard=False, progress="off", console=False)
+    cfg = MetricsConfig(tensorboard=False, progress="off", console="off")
     with MetricsLogger(cfg, str(tmp_path)) as logger:
         logger.log(0, {"reward/mean": 0.25})
         logger.log(1, {"reward/mean": 0.5})
@@ -71,7 +100,7 @@ def test_jsonl_and_tensorboard_read_back(run_dir: Path) -> None:
 
 
 def test_non_finite_values_are_null_in_jsonl(tmp_path: Path) -> None:
-    cfg = MetricsConfig(console=False, tensorboard=False, progress="off")
+    cfg = MetricsConfig(console="off", tensorboard=False, progress="off")
     with MetricsLogger(cfg, str(tmp_path)) as logger:
         logger.log(1, {"loss/policy": float("nan"), "optim/grad_norm": math.inf, "reward/mean": 1})
     row = json.loads((tmp_path / "metrics.jsonl").read_text())
@@ -79,13 +108,13 @@ def test_non_finite_values_are_null_in_jsonl(tmp_path: Path) -> None:
 
 
 def test_non_numbers_are_rejected_with_the_metric_name(tmp_path: Path) -> None:
-    cfg = MetricsConfig(console=False, tensorboard=False, progress="off")
+    cfg = MetricsConfig(console="off", tensorboard=False, progress="off")
     with MetricsLogger(cfg, str(tmp_path)) as logger, pytest.raises(TypeError, match="reward/x"):
         logger.log(1, {"reward/x": "high"})
 
 
 def test_log_samples_keeps_whole_groups_of_the_first_problems(tmp_path: Path) -> None:
-    cfg = MetricsConfig(console=False, tensorboard=False, progress="off", sample_problems=2)
+    cfg = MetricsConfig(console="off", tensorboard=False, progress="off", sample_problems=2)
     rows = [{"problem_id": f"p{i // 3}", "prompt": "q", "response": f"r{i}", "reward": i,
              "components": {}} for i in range(9)]
     with MetricsLogger(cfg, str(tmp_path)) as logger:
@@ -102,7 +131,7 @@ def test_missing_optional_sink_package_names_the_key_and_the_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str, module: str
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # makes `import <module>` fail
-    cfg = MetricsConfig(console=False, tensorboard=False, progress="off", **{key: True})
+    cfg = MetricsConfig(console="off", tensorboard=False, progress="off", **{key: True})
     with pytest.raises(ConfigError) as err:
         MetricsLogger(cfg, str(tmp_path))
     message = str(err.value)
@@ -118,7 +147,7 @@ def test_unknown_progress_mode_names_the_key(tmp_path: Path) -> None:
 def test_rewind_leaves_each_step_in_the_logs_once(tmp_path: Path) -> None:
     """A run resumed (or restarted) from the checkpoint of step 2 logs steps 2 and 3 again:
     metrics.jsonl, samples.jsonl and TensorBoard end up with each step once, the new value."""
-    cfg = MetricsConfig(console=False, progress="off", sample_problems=0)
+    cfg = MetricsConfig(console="off", progress="off", sample_problems=0)
 
     def run(logger: MetricsLogger, steps: range, value: float) -> None:
         for s in steps:
