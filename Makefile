@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 		$(BIN)/pip install -q --no-index --no-deps torch==2.13.0 2>/dev/null || \
 		$(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu; \
 	fi
-	$(BIN)/pip install -q -e '.[dev,docker]'
+	$(BIN)/pip install -q -e '.[dev,docker,mlflow,wandb]'
 	touch $(STAMP)
 
 install: $(STAMP)

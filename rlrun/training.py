@@ -257,32 +257,38 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
     from rlrun.metrics.health import HealthMonitor
     from rlrun.models import load_tokenizer
 
-    # 2. Ray, whether the actor groups fit it (before a warm-start that can take hours), then
-    # the optional supervised warm-start: RL starts from its result.
-    roles = ["rollout", "learner"] + (["sandbox"] if needs_sandbox else [])
-    init_ray(cfg)
-    stop.take_back()
-    check_cluster(cfg, roles)
-    if cfg.sft.enabled:
-        stop.phase = "during the SFT warm-start (rerun the same command to start it again)"
-        model_path = warm_start(cfg, model_path, train, val)
-    stop.phase = "while the actors started (nothing to checkpoint yet)"
-    tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
-
-    def render(problem: Any) -> str:
-        return render_prompt(problem, cfg.data, tokenizer, chat=cfg.model.chat_template)
-
-    prompts = [render(p) for p in train]
-
-    # 3. placement: memory per GPU (rlrun plan), then a placement group per actor group,
-    # checked against the cluster first.
-    check_memory(cfg)
-    prefix = f"{cfg.run.name}-{uuid.uuid4().hex[:6]}"
-    groups = place(cfg, roles, prefix)
-    rollouts = sandbox = learner = None
-    executor = ThreadPoolExecutor(1, thread_name_prefix="rollout")
+    # 2. The metric sinks first: one that cannot start (an MLflow store, a W&B login) fails
+    # before Ray and a warm-start have spent anything.
     run_dir = run_dir_for(cfg)
     logger = MetricsLogger(cfg.metrics, run_dir, to_dict(cfg), total_steps=cfg.trainer.steps)
+    try:
+        # Ray, whether the actor groups fit it (before a warm-start that can take hours), then
+        # the optional supervised warm-start: RL starts from its result.
+        roles = ["rollout", "learner"] + (["sandbox"] if needs_sandbox else [])
+        init_ray(cfg)
+        stop.take_back()
+        check_cluster(cfg, roles)
+        if cfg.sft.enabled:
+            stop.phase = "during the SFT warm-start (rerun the same command to start it again)"
+            model_path = warm_start(cfg, model_path, train, val)
+        stop.phase = "while the actors started (nothing to checkpoint yet)"
+        tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
+
+        def render(problem: Any) -> str:
+            return render_prompt(problem, cfg.data, tokenizer, chat=cfg.model.chat_template)
+
+        prompts = [render(p) for p in train]
+
+        # 3. placement: memory per GPU (rlrun plan), then a placement group per actor group,
+        # checked against the cluster first.
+        check_memory(cfg)
+        prefix = f"{cfg.run.name}-{uuid.uuid4().hex[:6]}"
+        groups = place(cfg, roles, prefix)
+    except BaseException:
+        logger.close()
+        raise
+    rollouts = sandbox = learner = None
+    executor = ThreadPoolExecutor(1, thread_name_prefix="rollout")
     signalled = stop.requested
     try:
         # 4. actor groups, each on its own placement group.

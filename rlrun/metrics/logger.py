@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from rlrun.config import ConfigError, MetricsConfig
-from rlrun.metrics.progress import make_bar
+from rlrun.metrics.progress import bar_enabled, make_bar
 from rlrun.records import VERDICT_STATUSES
 
 # The documented namespace (docs/metrics.md), with one example of each templated name.
@@ -180,11 +180,25 @@ class _TensorBoard:
         self.writer.close()
 
 
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0].strip() if lines else type(err).__name__
+
+
 class _MLflow:
     def __init__(self, project: str, run_name: str, config: dict[str, Any] | None) -> None:
         self.mlflow = _require("mlflow", "metrics.mlflow")
-        self.mlflow.set_experiment(project)
-        self.mlflow.start_run(run_name=run_name)
+        try:
+            self.mlflow.set_experiment(project)
+            self.mlflow.start_run(run_name=run_name)
+        except Exception as err:
+            raise ConfigError(
+                f"metrics.mlflow=true but MLflow cannot use its tracking store "
+                f"{self.mlflow.get_tracking_uri()!r} ({_first_line(err)}): set "
+                "MLFLOW_TRACKING_URI to your server (http://...) or a local store "
+                "(sqlite:///mlflow.db with the full mlflow package; file:/path with "
+                "MLFLOW_ALLOW_FILE_STORE=true)"
+            ) from None
         if config:
             self.mlflow.log_params(_flatten(config))
 
@@ -201,7 +215,14 @@ class _Wandb:
         self, project: str, run_name: str, config: dict[str, Any] | None, run_dir: Path
     ) -> None:
         self.wandb = _require("wandb", "metrics.wandb")
-        self.run = self.wandb.init(project=project, name=run_name, config=config, dir=str(run_dir))
+        try:
+            self.run = self.wandb.init(project=project, name=run_name, config=config,
+                                       dir=str(run_dir))
+        except Exception as err:
+            raise ConfigError(
+                f"metrics.wandb=true but W&B could not start a run ({_first_line(err)}): run "
+                "`wandb login`, or set WANDB_MODE=offline and `wandb sync` the run later"
+            ) from None
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)
@@ -230,7 +251,11 @@ class MetricsLogger:
         for enabled, module in ((cfg.mlflow, "mlflow"), (cfg.wandb, "wandb")):
             if enabled:
                 _require(module, f"metrics.{module}")
-        self._bar = make_bar(cfg.progress, total_steps, "train")
+        # The bar starts with the first step: the logger opens before Ray and any warm-start,
+        # whose own output it would otherwise sit under.
+        self._bar: tqdm | None = None
+        self._bar_wanted = bar_enabled(cfg.progress)
+        self._total_steps = total_steps
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         config_yaml = None
@@ -239,12 +264,17 @@ class MetricsLogger:
             (self.run_dir / "config.yaml").write_text(config_yaml)
         run_name = str((config or {}).get("run", {}).get("name", self.run_dir.name))
         self._sinks: list[_TensorBoard | _MLflow | _Wandb] = []
-        if cfg.tensorboard:
-            self._sinks.append(_TensorBoard(self.run_dir / "tensorboard", config_yaml))
-        if cfg.mlflow:
-            self._sinks.append(_MLflow(cfg.project, run_name, config))
-        if cfg.wandb:
-            self._sinks.append(_Wandb(cfg.project, run_name, config, self.run_dir))
+        try:
+            if cfg.tensorboard:
+                self._sinks.append(_TensorBoard(self.run_dir / "tensorboard", config_yaml))
+            if cfg.mlflow:
+                self._sinks.append(_MLflow(cfg.project, run_name, config))
+            if cfg.wandb:
+                self._sinks.append(_Wandb(cfg.project, run_name, config, self.run_dir))
+        except BaseException:
+            for sink in self._sinks:  # no MLflow run left open when W&B cannot start
+                sink.close()
+            raise
         self._metrics = open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8")
         self._samples = open(self.run_dir / "samples.jsonl", "a", encoding="utf-8")
         self._text = open(self.run_dir / "train.log", "a", encoding="utf-8")
@@ -258,6 +288,8 @@ class MetricsLogger:
         self._metrics.flush()
         for sink in self._sinks:
             sink.log(step, clean)
+        if self._bar is None and self._bar_wanted:
+            self._bar = make_bar(self.cfg.progress, self._total_steps, "train")
         line = format_console_line(step, clean)
         self._text.write(line + "\n")
         self._text.flush()
