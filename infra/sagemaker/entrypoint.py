@@ -37,6 +37,7 @@ if __package__ in (None, ""):  # run as a script: import `infra` from the checko
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from infra.sagemaker.hosts import Cluster, HostsError, head_host, load_cluster
+from infra.sagemaker.instances import short_of_gpus
 from infra.sagemaker.node import (
     GCS_PORT,
     NODE_MANAGER_PORT,
@@ -226,18 +227,21 @@ def wait_for(ready: Callable[[], bool], deadline: float, timed_out: Callable[[],
 _LIST_NODES = """
 import json, sys, ray
 ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-print(json.dumps([n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")]))
+print(json.dumps({n["NodeManagerAddress"]: n["Resources"].get("GPU", 0)
+                  for n in ray.nodes() if n.get("Alive")}))
 """
 
 
-def alive_node_ips(head_ip: str) -> set[str]:
-    """The addresses of the Ray cluster's alive nodes (none if the head does not answer)."""
+def alive_nodes(head_ip: str) -> dict[str, float]:
+    """The Ray cluster's alive nodes: address -> the GPUs it brought (none if the head does
+    not answer)."""
     try:
         out = subprocess.run([sys.executable, "-c", _LIST_NODES, f"{head_ip}:{GCS_PORT}"],
                              capture_output=True, text=True, timeout=120, check=True).stdout
-        return set(json.loads(out.strip().splitlines()[-1]))
-    except (subprocess.SubprocessError, json.JSONDecodeError, IndexError):
-        return set()
+        return {str(ip): float(gpus) for ip, gpus in
+                json.loads(out.strip().splitlines()[-1]).items()}
+    except (subprocess.SubprocessError, json.JSONDecodeError, IndexError, AttributeError):
+        return {}
 
 
 def run_head(args: argparse.Namespace, root: Path, cluster: Cluster, ips: dict[str, str],
@@ -258,9 +262,18 @@ def run_head(args: argparse.Namespace, root: Path, cluster: Cluster, ips: dict[s
 
     def all_joined() -> bool:
         nonlocal missing
-        alive = alive_node_ips(head_ip)
+        alive = alive_nodes(head_ip)
         missing = [h for h in cluster.hosts if ips[h] not in alive]
-        return not missing
+        if missing:
+            return False
+        # A node's GPUs are fixed when it joins: one short now stays short.
+        if short := short_of_gpus(cluster.types, {h: alive[ips[h]] for h in cluster.hosts}):
+            raise BootError(
+                f"hosts joined Ray short of GPUs: {'; '.join(short)}; placement needs every GPU "
+                "of the job: check the NVIDIA driver and the container's GPU access there "
+                "(nvidia-smi)"
+            )
+        return True
 
     def timed_out() -> str:
         return (f"hosts {', '.join(missing)} did not join the Ray cluster within "

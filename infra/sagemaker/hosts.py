@@ -31,6 +31,7 @@ class Cluster:
     current: str  # the host this process runs on
     groups: Mapping[str, str] = field(default_factory=dict)  # host -> instance group
     interface: str | None = None  # the network interface between hosts (e.g. eth0)
+    types: Mapping[str, str] = field(default_factory=dict)  # host -> instance type, where known
 
     def group_of(self, host: str) -> str:
         return self.groups.get(host, DEFAULT_GROUP)
@@ -53,20 +54,27 @@ def parse_resource_config(data: Mapping) -> Cluster:
             f"{RESOURCE_CONFIG} lacks `hosts` or `current_host`; found keys {sorted(data)}"
         ) from None
     groups: dict[str, str] = {}
+    # A homogeneous job's one type is `current_instance_type`; each group names its own.
+    everyone = data.get("current_instance_type")
+    types: dict[str, str] = {h: str(everyone) for h in hosts} if everyone else {}
     for group in data.get("instance_groups") or []:
         for host in group.get("hosts", []):
             groups[str(host)] = str(group["instance_group_name"])
-    return _checked(hosts, current, groups, data.get("network_interface_name"))
+            if group.get("instance_type"):
+                types[str(host)] = str(group["instance_type"])
+    return _checked(hosts, current, groups, data.get("network_interface_name"), types)
 
 
 def _checked(
-    hosts: list[str], current: str, groups: dict[str, str], interface: str | None
+    hosts: list[str], current: str, groups: dict[str, str], interface: str | None,
+    types: dict[str, str] | None = None,
 ) -> Cluster:
     if not hosts:
         raise HostsError("the job lists no hosts")
     if current not in hosts:
         raise HostsError(f"the current host {current!r} is not among the hosts {hosts}")
-    return Cluster(tuple(sorted(hosts, key=host_order)), current, groups, interface or None)
+    return Cluster(tuple(sorted(hosts, key=host_order)), current, groups, interface or None,
+                   types or {})
 
 
 def load_cluster(root: Path, env: Mapping[str, str]) -> Cluster:

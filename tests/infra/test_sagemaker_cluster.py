@@ -191,6 +191,28 @@ def test_a_worker_that_never_comes_up_fails_the_head_naming_it(hosts, tmp_path):
     assert elapsed < 20 + 90, elapsed  # the deadline, plus Ray's start and stop
 
 
+def test_a_worker_that_joins_without_its_gpus_fails_the_head_at_once_naming_it(hosts, tmp_path):
+    # The head reads that algo-2's group is of a 4-GPU type; its node brings none to Ray.
+    path = hosts[0].root / "input" / "config" / "resourceconfig.json"
+    config = json.loads(path.read_text())
+    for group in config["instance_groups"]:
+        if group["instance_group_name"] == GROUPS["algo-2"]:
+            group["instance_type"] = "ml.g5.12xlarge"
+    path.write_text(json.dumps(config))
+    env, logs = base_env(tmp_path), [tmp_path / f"{h.name}.log" for h in hosts]
+    started = time.monotonic()
+    procs = [start(h, ["--wait-for-workers-s", "300", "--", *train(2, 1)], env, log)
+             for h, log in zip(hosts, logs, strict=True)]
+    code = procs[0].wait(timeout=300)
+    elapsed = time.monotonic() - started
+    procs[1].wait(timeout=120)
+    failure = (hosts[0].root / "output" / "failure").read_text()
+    assert code == 1, logs[0].read_text()[-3000:]
+    assert failure.startswith("hosts joined Ray short of GPUs: algo-2 (ml.g5.12xlarge): 0 of 4 "
+                              "GPUs"), failure
+    assert elapsed < 120, elapsed  # once both joined, not at --wait-for-workers-s
+
+
 def wait_for_line(log: Path, text: str, proc: subprocess.Popen, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while text not in log.read_text():

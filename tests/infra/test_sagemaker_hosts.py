@@ -60,6 +60,8 @@ def test_heterogeneous_groups_and_head_group() -> None:
     assert head_host(c, None) == "algo-1"
     # The head may live on a CPU-only group: its first host by number, not by listing order.
     assert head_host(c, "cpu-judges") == "algo-3"
+    assert c.types == {"algo-1": "ml.g5.12xlarge", "algo-2": "ml.g5.12xlarge",
+                       "algo-3": "ml.c5.9xlarge", "algo-4": "ml.c5.9xlarge"}
     with pytest.raises(HostsError, match="--head-group 'gpu' is not an instance group of this "
                                          "job; its groups: cpu-judges, gpu-rollout"):
         head_host(c, "gpu")
@@ -70,6 +72,7 @@ def test_local_mode_names() -> None:
     assert c.hosts == ("algo-1-x3k9z", "algo-2-ab12c")
     assert head_host(c, None) == "algo-1-x3k9z"
     assert c.interface is None and c.group_of("algo-2-ab12c") == "homogeneousCluster"
+    assert c.types == {}  # no type given: nothing to check GPUs against
 
 
 def test_twelve_hosts_order_by_number_not_string() -> None:
