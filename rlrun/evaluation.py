@@ -10,7 +10,8 @@ Definitions (docs/metrics.md carries the same):
 - greedy_accuracy: fraction of problems whose greedy (temperature 0) completion is correct.
 - pass@k: mean over problems of 1 - C(n-c, k) / C(n, k) (Chen et al. 2021), from the samples.
 - A completion the reward could not score (a sandbox failure) counts as not correct, and is
-  left out of reward_mean.
+  left out of reward_mean; `unscored` counts them (sampled and greedy), so a validation number
+  pulled down by an infrastructure fault says so.
 - A problem counts as solved when its greedy completion is correct (if greedy ran), otherwise
   when at least half of its samples are; `compare` lists problems whose solved state flipped.
 """
@@ -148,6 +149,8 @@ def aggregate(results: Sequence[ProblemResult], k_list: Sequence[int]) -> dict[s
     out: dict[str, float] = {"problems": len(results)}
     sampled = [r for r in results if r.n]
     greedy = [r for r in results if r.greedy_correct is not None]
+    out["unscored"] = sum(x is None for r in sampled for x in r.rewards) + sum(
+        r.greedy_reward is None for r in greedy)
     if greedy:
         out["greedy_accuracy"] = fmean(float(r.greedy_correct) for r in greedy)
     if sampled:
@@ -369,7 +372,8 @@ def _columns(rows: list[dict[str, float]]) -> list[str]:
     order = ["problems", "greedy_accuracy", "accuracy"]
     order += sorted({k for r in rows for k in r if k.startswith("pass@")}, key=lambda k: int(k[5:]))
     order.append("reward_mean")
-    return [c for c in order if any(c in r for r in rows)]
+    cols = [c for c in order if any(c in r for r in rows)]
+    return cols + ["unscored"] * any(r.get("unscored") for r in rows)  # only when there were any
 
 
 def format_table(summary: dict[str, Any]) -> str:

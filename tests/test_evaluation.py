@@ -167,7 +167,8 @@ def test_sampled_results_follow_the_unbiased_estimator(
         sum(r.correct / 4 for r in result.problems) / len(problems)
     )
     assert set(metrics) == {"val/accuracy", "val/reward_mean", "val/pass@1", "val/pass@2",
-                            "val/pass@4"}
+                            "val/pass@4", "val/unscored"}
+    assert metrics["val/unscored"] == 0
 
 
 def test_pass_at_k_beyond_the_samples_is_refused(
@@ -192,9 +193,26 @@ def test_aggregate_and_breakdowns_by_hand() -> None:
     assert overall["accuracy"] == pytest.approx(1.25 / 3)
     assert overall["pass@2"] == pytest.approx(1.5 / 3)
     assert overall["reward_mean"] == pytest.approx(1.25 / 3)
+    assert overall["unscored"] == 0
     groups = result.breakdowns()
     assert groups["source"]["apps"]["pass@2"] == pytest.approx(0.75)
     assert groups["difficulty"] == {"800": aggregate([rows[2]], [1, 2])}
+    assert "unscored" not in format_table(result.summary()).splitlines()[0]
+
+
+def test_unscored_completions_count_as_wrong_are_left_out_of_the_reward_and_counted() -> None:
+    # Of a's 4 samples the sandbox judged 3 (1 right); b's greedy completion was not judged.
+    a = ProblemResult("a", "code", n=4, correct=1, rewards=[1.0, None, 0.0, 0.0],
+                      pass_at={1: 0.25})
+    b = ProblemResult("b", "code", n=4, correct=2, rewards=[1.0, 1.0, 0.0, 0.0],
+                      greedy_correct=False, greedy_reward=None, pass_at={1: 0.5})
+    result = EvalResult([a, b], [1], samples=4, greedy=True, seed=0)
+    overall = result.overall()
+    assert overall["accuracy"] == pytest.approx((0.25 + 0.5) / 2)
+    assert overall["reward_mean"] == pytest.approx((1 / 3 + 0.5) / 2)
+    assert overall["unscored"] == 2
+    assert result.metrics()["val/unscored"] == 2
+    assert format_table(result.summary()).splitlines()[0].split()[-1] == "unscored"
 
 
 def test_metrics_split_by_kind_only_on_a_mixed_set() -> None:

@@ -55,8 +55,8 @@ SHORT_METRICS = (
 # ... and, on the steps that have any, work that was lost or left out (prefixes end in "@").
 SHORT_PREFIXES = ("val/pass@",)
 SHORT_IF_NONZERO = (
-    "train/unscored", "train/bad_steps", "train/stopped_bad_steps", "async/dropped_samples",
-    "sandbox/sandbox_error",
+    "train/unscored", "val/unscored", "train/bad_steps", "train/stopped_bad_steps",
+    "async/dropped_samples", "sandbox/sandbox_error",
 )
 
 
