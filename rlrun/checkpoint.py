@@ -60,6 +60,14 @@ def join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *parts]) if is_uri(base) else str(Path(base, *parts))
 
 
+def is_file(path: str) -> bool:
+    """Whether a file is at `path` (a local path or a URI)."""
+    import pyarrow.fs
+
+    fs, root = _fs(path)
+    return fs.get_file_info(root).type == pyarrow.fs.FileType.File
+
+
 def _fs(path: str) -> tuple[Any, str]:
     import pyarrow.fs
 

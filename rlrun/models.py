@@ -9,6 +9,10 @@ that the path or hub id really holds a causal LM and a tokenizer, and says what 
 The tiny model is a Qwen3 (the Qwen2 decoder plus q/k norms) rather than a Qwen2: transformers
 ignores the `tokenizer_class` a checkpoint declares for model_type "qwen2" and always loads
 `Qwen2Tokenizer`, which would silently pair the byte-level model with the wrong vocabulary.
+
+A model may also live at a URI (`s3://...`): a `model.path` in a bucket, or the warm-started
+model a run with an `s3://` `run.output_dir` writes there. Nodes share no file system, so every
+loader takes the URI and `local_model` downloads it once per machine into the cache directory.
 """
 
 from __future__ import annotations
@@ -38,6 +42,61 @@ _TINY_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
 
 class ModelLoadError(InputError):
     """A model or tokenizer named in the config cannot be loaded."""
+
+
+def model_cache_dir() -> str:
+    """Where built and downloaded models are kept on this machine ($RLRUN_CACHE)."""
+    return os.environ.get("RLRUN_CACHE", os.path.join(Path.home(), ".cache", "rlrun", "models"))
+
+
+def share_model(path: str, uri: str) -> str:
+    """The model directory `path` (on this machine only: the tiny model, a local model.path)
+    copied to `uri` for machines that share no file system with this one; once: a copy
+    already there (a resumed run) is taken as it is. Returns `uri`."""
+    from rlrun.checkpoint import is_file, join, writable
+
+    if not is_file(join(uri, "config.json")):
+        with writable(uri) as local:
+            shutil.copytree(path, local, dirs_exist_ok=True)
+    return uri
+
+
+def local_model(path: str) -> str:
+    """`path` as transformers and vLLM load it: a URI's files downloaded into the cache
+    directory (once per machine and content: the key hashes every file's name, size and
+    modification time, so a model rewritten at the same URI is fetched again), anything else
+    as it is. A download lands in a scratch directory renamed into place when whole, so
+    actors of one node racing for the same model never read a half-written one."""
+    from rlrun.checkpoint import is_uri
+
+    if not is_uri(path):
+        return path
+    import pyarrow.fs
+
+    try:
+        fs, root = pyarrow.fs.FileSystem.from_uri(path)
+        files = [f for f in fs.get_file_info(pyarrow.fs.FileSelector(root, recursive=True))
+                 if f.type == pyarrow.fs.FileType.File]
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"model {path!r} cannot be listed ({_first_line(err)})") from None
+    if not files:
+        raise ModelLoadError(f"model {path!r}: nothing is stored there")
+    listing = sorted((f.path, f.size, str(f.mtime)) for f in files)
+    key = hashlib.sha256(json.dumps([path, listing]).encode()).hexdigest()[:16]
+    target = Path(model_cache_dir(), f"remote-{key}")
+    if target.is_dir():
+        return str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        pyarrow.fs.copy_files(root, str(scratch), source_filesystem=fs)
+        os.rename(scratch, target)
+    except OSError:
+        if not target.is_dir():  # not a peer that finished first: a real failure
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return str(target)
 
 
 def resolve_model_path(cfg: ModelConfig, cache_dir: str, seed: int = 0) -> str:
@@ -197,6 +256,8 @@ def check_loadable(path: str, tokenizer: str | None = None) -> None:
     from transformers import AutoConfig, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
+    path, tokenizer = local_model(path), tokenizer and local_model(tokenizer)
+
     config = _from_pretrained(AutoConfig, path, "model.path", "config")
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         archs = ", ".join(getattr(config, "architectures", None) or []) or "none listed"
@@ -237,7 +298,7 @@ def load_tokenizer(path: str) -> Any:
     """The tokenizer at `path`, padding on the left (generation appends on the right)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(local_model(path))
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -254,7 +315,7 @@ def load_causal_lm(
     if dtype not in DTYPES:
         raise ModelLoadError(f"model.dtype={dtype!r}: choose one of {', '.join(DTYPES)}")
     extra = {"attn_implementation": attention} if attention else {}
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **extra)
+    model = AutoModelForCausalLM.from_pretrained(local_model(path), dtype=DTYPES[dtype], **extra)
     return model.eval()
 
 
@@ -263,7 +324,7 @@ def state_dict_shapes(path: str) -> dict[str, tuple[int, ...]]:
     engine's `load_weights` expects), without allocating its weights."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(path)
+    config = AutoConfig.from_pretrained(local_model(path))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}

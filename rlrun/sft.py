@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlrun.checkpoint import is_uri, join, writable
 from rlrun.config import Config, from_dict, to_dict
 from rlrun.records import Problem
 
@@ -243,7 +244,9 @@ def run_sft(cfg: Config, model_path: str, train: list[Problem], val: list[Proble
         usable = mix_by_kind(usable, cfg.sft.math_fraction, cfg.run.seed)
     rng = random.Random(cfg.run.seed)
     val_sample = rng.sample(val, min(len(val), 64)) if val else rng.sample(usable, 32)
-    out = Path(cfg.run.output_dir).resolve()
+    # Ray Train writes its checkpoints to storage every node reaches: a URI as it is.
+    out = cfg.run.output_dir
+    storage = out if is_uri(out) else str(Path(out).resolve())
     trainer = TorchTrainer(
         _train_loop,
         train_loop_config={
@@ -258,17 +261,20 @@ def run_sft(cfg: Config, model_path: str, train: list[Problem], val: list[Proble
             resources_per_worker={"CPU": cfg.learner.num_cpus, "GPU": cfg.learner.num_gpus},
         ),
         run_config=RunConfig(
-            name="sft", storage_path=str(out), worker_runtime_env=TRAIN_WORKER_RUNTIME_ENV
+            name="sft", storage_path=storage, worker_runtime_env=TRAIN_WORKER_RUNTIME_ENV
         ),
     )
     result = trainer.fit()
     if result.checkpoint is None:
         raise RuntimeError(f"SFT finished without saving a model (see the log above): {result}")
-    target = out / "sft"
-    result.checkpoint.to_directory(str(target))
-    history = json.loads((target / "history.json").read_text())
+    # The model goes to run.output_dir/sft (for a URI: uploaded there, where any node can
+    # fetch it; the RL actors load it by its URI).
+    target = join(storage, "sft")
+    with writable(target) as local:
+        result.checkpoint.to_directory(str(local))
+        history = json.loads((local / "history.json").read_text())
     return SFTResult(
-        model_path=str(target / "model"),
+        model_path=join(target, "model"),
         steps=int(result.metrics.get("steps", 0)),
         accuracy=float(result.metrics.get("accuracy", float("nan"))),
         history=history,

@@ -33,7 +33,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rlrun.checkpoint import TrainState, has_checkpoints, join, latest_checkpoint
+from rlrun.checkpoint import (
+    TrainState,
+    has_checkpoints,
+    is_file,
+    is_uri,
+    join,
+    latest_checkpoint,
+)
 from rlrun.cluster import (
     ClusterError,
     Demand,
@@ -53,10 +60,6 @@ def run_dir_for(cfg: Config) -> str:
     """Local directory for metrics, samples and the report (run.output_dir unless remote)."""
     out = cfg.run.output_dir
     return os.path.join("runs", cfg.run.name) if "://" in out else out
-
-
-def model_cache_dir() -> str:
-    return os.environ.get("RLRUN_CACHE", os.path.join(Path.home(), ".cache", "rlrun", "models"))
 
 
 def init_ray(cfg: Config) -> None:
@@ -189,10 +192,11 @@ def warm_start(cfg: Config, model_path: str, train: list, val: list) -> str:
     """The SFT model this run starts RL from; trained once, reused on resume."""
     from rlrun.sft import run_sft
 
-    done = (Path(cfg.run.output_dir) / "sft" / "model").resolve()
-    if (done / "config.json").is_file():
+    out = cfg.run.output_dir
+    done = join(out if is_uri(out) else os.path.abspath(out), "sft", "model")
+    if is_file(join(done, "config.json")):
         print(f"rlrun train: starting from the warm-started model in {done}", flush=True)
-        return str(done)
+        return done
     print(f"rlrun train: supervised warm-start (SFT) of {model_path}: up to {cfg.sft.max_steps} "
           f"steps, until held-out accuracy {cfg.sft.target_accuracy}", flush=True)
     result = run_sft(cfg, model_path, train, val)
@@ -218,7 +222,7 @@ def run_training(cfg: Config) -> dict[str, Any]:
 def _run(cfg: Config, stop: StopSignals, started: float) -> dict[str, Any]:
     """Step 1 of `run_training`, then the rest with the reward built."""
     from rlrun.data import load_from_config
-    from rlrun.models import resolve_model_path
+    from rlrun.models import model_cache_dir, resolve_model_path, share_model
     from rlrun.rewards import build_reward
 
     # 1. fail early on what needs no cluster.
@@ -234,6 +238,9 @@ def _run(cfg: Config, stop: StopSignals, started: float) -> dict[str, Any]:
     try:
         train, val = load_from_config(cfg)
         model_path = resolve_model_path(cfg.model, model_cache_dir(), cfg.run.seed)
+        if is_uri(cfg.run.output_dir) and os.path.isdir(model_path):
+            # Actors on other nodes, which share no file system with this one, fetch it there.
+            model_path = share_model(model_path, join(cfg.run.output_dir, "base", "model"))
         needs_sandbox = any(p.kind == "code" for p in train + val)
         if cfg.reward.audit_before_training and not cfg.run.resume:
             audit_rewards(cfg, reward, train, needs_sandbox)
@@ -350,16 +357,21 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
         prefetch: Future | None = None
 
         def track_best(version: int, metrics: dict[str, float]) -> bool:
-            """Early stopping; keeps the best model in run_dir/best/model and best.json."""
+            """Early stopping; keeps the best model in run.output_dir/best/model (for a URI:
+            uploaded there) and best.json in the run directory."""
             decision = stopping.update(version, metrics)
             if decision.message:
                 print(f"rlrun train: early stopping: {decision.message}", flush=True)
             if decision.improved:
                 # Absolute: the learner rank that writes it runs in a directory of its own,
                 # maybe on another node.
-                learner.export(os.path.abspath(os.path.join(run_dir, "best", "model")))
+                out = cfg.run.output_dir
+                model = join(out if is_uri(out) else os.path.abspath(out), "best", "model")
+                learner.export(model)
                 best = {"weight_version": version, "metric": stopping.cfg.metric,
-                        "value": decision.best_value, "model": os.path.join("best", "model")}
+                        "value": decision.best_value,
+                        # relative to the run directory when that is where the model is
+                        "model": model if is_uri(out) else os.path.join("best", "model")}
                 Path(run_dir, "best.json").write_text(json.dumps(best) + "\n")
             return decision.stop
 

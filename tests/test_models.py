@@ -13,6 +13,7 @@ from rlrun.models import (
     ModelLoadError,
     load_causal_lm,
     load_tokenizer,
+    local_model,
     resolve_model_path,
     state_dict_shapes,
 )
@@ -162,3 +163,23 @@ def test_load_causal_lm_dtype(tmp_path: Path) -> None:
     assert not load_causal_lm(path).training
     with pytest.raises(ModelLoadError, match="model.dtype='fp8'"):
         load_causal_lm(path, "fp8")
+
+
+def test_a_model_at_a_uri_is_fetched_once_per_content_and_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RLRUN_CACHE", str(tmp_path / "cache"))
+    built = Path(resolve_model_path(ModelConfig(tiny=SMALL), str(tmp_path / "build")))
+    uri = built.as_uri()  # file://...: any URI pyarrow reads, as s3:// is on a cluster
+    local = local_model(uri)
+    assert Path(local).parent == tmp_path / "cache" and local != str(built)
+    assert local_model(uri) == local  # fetched once
+    assert local_model(str(built)) == str(built)  # a path stays a path
+    assert load_causal_lm(uri).config.hidden_size == 32 and load_tokenizer(uri) is not None
+    (built / "config.json").write_text((built / "config.json").read_text() + "\n")
+    assert local_model(uri) != local  # rewritten at the same URI: fetched again
+    with pytest.raises(ModelLoadError, match="cannot be listed"):
+        local_model((tmp_path / "missing").as_uri())
+    (tmp_path / "empty").mkdir()  # what S3 shows for a prefix nothing was written to
+    with pytest.raises(ModelLoadError, match="nothing is stored there"):
+        local_model((tmp_path / "empty").as_uri())

@@ -113,41 +113,52 @@ def command_from_hyperparameters(root: Path) -> list[str]:
     return [*head, "--", "rlrun", "train", config, *overrides]
 
 
-def trainer_command(command: list[str], root: Path, head_ip: str) -> list[str]:
+def output_dir(command: list[str], root: Path) -> str:
+    """Where the trainer writes: the job's own `run.output_dir` when it is a URI (`s3://...`,
+    which every instance reaches: what a multi-instance job needs, as instances share no file
+    system), else root/checkpoints (which SageMaker syncs to S3)."""
+    from rlrun.checkpoint import is_uri
+    from rlrun.config import ConfigError, load_config
+
+    try:
+        given = load_config(command[2], command[3:]).run.output_dir
+    except ConfigError:  # the trainer says what is wrong, in its own words
+        return str(root / "checkpoints")
+    return given if is_uri(given) else str(root / "checkpoints")
+
+
+def trainer_command(command: list[str], out: str, head_ip: str) -> list[str]:
     """`rlrun train CONFIG [key=value ...]` as the head runs it: every metric on the console
     line first (SageMaker's metric regexes read it; the job's own overrides come after, so they
     may still ask for the short line), then `trainer_overrides` last."""
     return [*command[:3], "metrics.console=full", *command[3:],
-            *trainer_overrides(root, head_ip)]
+            *trainer_overrides(out, head_ip)]
 
 
-def trainer_overrides(root: Path, head_ip: str) -> list[str]:
+def trainer_overrides(out: str, head_ip: str) -> list[str]:
     """What the entrypoint sets on the trainer's command line: the head's address, the output
-    under checkpoints/ (which SageMaker syncs to S3), and resume when a checkpoint is there."""
+    directory (`output_dir`), and resume when a complete checkpoint is there."""
     from rlrun.checkpoint import latest_checkpoint
 
-    out = root / "checkpoints"
     overrides = [f"run.ray_address={head_ip}:{GCS_PORT}", f"run.output_dir={out}"]
-    if latest_checkpoint(str(out)) is not None:
+    if latest_checkpoint(out) is not None:
         overrides.append("run.resume=true")
     return overrides
 
 
-def export_model(root: Path) -> Path:
+def export_model(root: Path, out: str) -> str:
     """Copy the final model to root/model (SageMaker uploads it as model.tar.gz): the merged
-    model of a LoRA run, else the latest checkpoint's."""
-    from rlrun.checkpoint import latest_checkpoint
+    model of a LoRA run, else the latest checkpoint's; from `out`, a directory or a URI."""
+    from rlrun.checkpoint import is_file, join, latest_checkpoint, readable
 
-    out = root / "checkpoints"
-    merged, latest = out / "final" / "model", latest_checkpoint(str(out))
-    if merged.is_dir():
-        source = merged
-    elif latest is not None and Path(latest, "model").is_dir():
-        source = Path(latest, "model")
-    else:
-        raise BootError(f"training ended but {out} holds no model to copy to {root / 'model'}")
-    shutil.copytree(source, root / "model", dirs_exist_ok=True)
-    return source
+    latest = latest_checkpoint(out)
+    candidates = [join(out, "final", "model")] + ([join(latest, "model")] if latest else [])
+    for source in candidates:
+        if is_file(join(source, "config.json")):
+            with readable(source) as local:
+                shutil.copytree(local, root / "model", dirs_exist_ok=True)
+            return source
+    raise BootError(f"training ended but {out} holds no model to copy to {root / 'model'}")
 
 
 def resolve(host: str, deadline: float) -> str:
@@ -282,14 +293,15 @@ def run_head(args: argparse.Namespace, root: Path, cluster: Cluster, ips: dict[s
 
     wait_for(all_joined, deadline, timed_out, stopped, node_failed)
     print(f"entrypoint: all {len(cluster.hosts)} hosts joined the Ray cluster", flush=True)
-    command = trainer_command(args.command, root, head_ip)
+    out = output_dir(args.command, root)
+    command = trainer_command(args.command, out, head_ip)
     code, last_error = run_trainer(command, node.env, stopped)
     if stopped.is_set():
         print(f"entrypoint: stopped by SIGTERM; trainer exited {code}", flush=True)
         return 0
     if code != 0:
         raise BootError(f"rlrun train exited with code {code}: {last_error or 'no message'}")
-    source = export_model(root)
+    source = export_model(root, out)
     print(f"entrypoint: final model {source} copied to {root / 'model'}", flush=True)
     return 0
 

@@ -78,9 +78,20 @@ def job_base_name(run_name: str) -> str:
     return ("rlrun-" + re.sub(r"[^a-zA-Z0-9-]+", "-", run_name).strip("-"))[:40].rstrip("-")
 
 
-def hyperparameters(args: argparse.Namespace) -> dict[str, str]:
+def job_overrides(args: argparse.Namespace, output_dir: str, job_output: str) -> list[str]:
+    """The job's overrides: the user's, and for a job of several instances, which share no
+    file system, `run.output_dir` under `job_output` in S3 unless the recipe already writes to
+    a URI (checkpoints, the warm-started and the best model must reach every instance)."""
+    hosts = args.instance_count if args.instance_type else sum(
+        count for _, _, count in map(parse_group, args.instance_group))
+    if hosts > 1 and "://" not in output_dir:
+        return [*args.overrides, f"run.output_dir={job_output}"]
+    return list(args.overrides)
+
+
+def hyperparameters(args: argparse.Namespace, overrides: list[str]) -> dict[str, str]:
     """What the image's entrypoint reads back (entrypoint.command_from_hyperparameters)."""
-    out = {"config": args.config, "overrides": json.dumps(list(args.overrides))}
+    out = {"config": args.config, "overrides": json.dumps(overrides)}
     if args.head_group:
         out["head_group"] = args.head_group
     return out
@@ -133,7 +144,8 @@ def build_trainer(args: argparse.Namespace, token: str) -> Any:
                                              local_path="/opt/ml/checkpoints"),
         output_data_config=c.OutputDataConfig(s3_output_path=f"{output}/{base}/output"),
         environment={"RAY_AUTH_TOKEN": token},
-        hyperparameters=hyperparameters(args),
+        hyperparameters=hyperparameters(
+            args, job_overrides(args, cfg.run.output_dir, f"{output}/{base}/run")),
     )
     return trainer.with_metric_definitions(
         [c.MetricDefinition(name=d["Name"], regex=d["Regex"]) for d in metric_definitions()]

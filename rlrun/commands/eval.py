@@ -62,8 +62,7 @@ def parse_k(text: str) -> list[int]:
 def resolve_checkpoint(model: str, cfg: Config) -> str:
     """A directory or hub id holding an HF-format model, from what a user may pass as --model."""
     from rlrun.checkpoint import latest_checkpoint
-    from rlrun.models import resolve_model_path
-    from rlrun.training import model_cache_dir
+    from rlrun.models import model_cache_dir, resolve_model_path
 
     path = Path(model)
     if path.is_dir():

@@ -51,7 +51,7 @@ from torch import Tensor
 
 from rlrun.config import RolloutConfig
 from rlrun.engines.base import SamplingParams, check_weight_names, encode_prompts
-from rlrun.models import DTYPES, load_tokenizer, state_dict_shapes
+from rlrun.models import DTYPES, load_tokenizer, local_model, state_dict_shapes
 from rlrun.records import Sample
 from rlrun.weights.buckets import ParamMeta
 from rlrun.weights.collective import GroupInfo, WeightSyncError
@@ -90,6 +90,9 @@ class VLLMEngine:
         vllm = import_vllm()
         if dtype not in DTYPES:
             raise ValueError(f"model.dtype={dtype!r}: choose one of {', '.join(DTYPES)}")
+        # vLLM loads from a directory or hub id; its tensor-parallel workers share this node.
+        model_path = local_model(model_path)
+        tokenizer_path = tokenizer_path and local_model(tokenizer_path)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         self._vllm = vllm
         options: dict[str, Any] = {}

@@ -45,11 +45,26 @@ def test_recipe_and_overrides_reach_the_entrypoint_through_hyperparameters(
                               head_group="cpu-judges")
     path = tmp_path / entrypoint.HYPERPARAMETERS
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(launch.hyperparameters(args)))
+    path.write_text(json.dumps(launch.hyperparameters(args, args.overrides)))
     argv = entrypoint.command_from_hyperparameters(tmp_path)
     parsed = entrypoint.parse_args(argv)
     assert parsed.head_group == "cpu-judges"
     assert parsed.command == ["rlrun", "train", "conf/demo.yaml", "a.b=1", "c=[1, 2]"]
+
+
+def test_a_job_of_several_instances_writes_its_run_to_s3() -> None:
+    one = argparse.Namespace(instance_type="ml.p4d.24xlarge", instance_count=1,
+                             instance_group=None, overrides=["trainer.steps=3"])
+    four = argparse.Namespace(**vars(one) | {"instance_type": "ml.g5.12xlarge",
+                                             "instance_count": 4})
+    mixed = argparse.Namespace(instance_type=None, instance_count=1, overrides=[],
+                               instance_group=["gpu:ml.g5.12xlarge:1", "cpu:ml.c5.9xlarge:1"])
+    job = "s3://b/rlrun/rlrun-x/run"
+    assert launch.job_overrides(one, "runs/x", job) == ["trainer.steps=3"]
+    assert launch.job_overrides(four, "runs/x", job) == ["trainer.steps=3",
+                                                         f"run.output_dir={job}"]
+    assert launch.job_overrides(mixed, "runs/x", job) == [f"run.output_dir={job}"]
+    assert launch.job_overrides(four, "s3://mine/x", job) == ["trainer.steps=3"]
 
 
 def test_group_and_job_names() -> None:
@@ -77,7 +92,12 @@ def test_dry_run_request_passes_the_sdks_validation(
         "CreateTrainingJob").input_shape
     validate_parameters(request, shape)  # raises ParamValidationError naming any bad field
     assert request["Environment"] == {"RAY_AUTH_TOKEN": launch.TOKEN_SHOWN}
-    assert json.loads(request["HyperParameters"]["overrides"]) == ["trainer.steps=3"]
+    overrides = json.loads(request["HyperParameters"]["overrides"])
+    assert overrides[0] == "trainer.steps=3"
+    if "--instance-group" in compute:  # five instances: the run goes to S3
+        assert len(overrides) == 2 and overrides[1].startswith("run.output_dir=s3://bucket/rl/")
+    else:
+        assert len(overrides) == 1
     assert request["CheckpointConfig"]["S3Uri"].endswith("/checkpoints")
     names = [d["Name"] for d in request["AlgorithmSpecification"]["MetricDefinitions"]]
     assert "reward/mean" in names

@@ -74,15 +74,29 @@ def test_command_line_needs_the_trainer_after_dashes(capsys: pytest.CaptureFixtu
     assert "-- rlrun train CONFIG" in capsys.readouterr().err
 
 
+DEMO = str(Path(__file__).parents[2] / "conf" / "demo.yaml")
+
+
+def test_the_output_is_the_jobs_own_uri_else_the_synced_checkpoint_dir(tmp_path: Path) -> None:
+    local = str(tmp_path / "checkpoints")
+    assert entrypoint.output_dir(["rlrun", "train", DEMO], tmp_path) == local
+    assert entrypoint.output_dir(["rlrun", "train", DEMO, "run.output_dir=/data/x"],
+                                 tmp_path) == local
+    assert entrypoint.output_dir(["rlrun", "train", DEMO, "run.output_dir=s3://b/rlrun/x"],
+                                 tmp_path) == "s3://b/rlrun/x"
+    # A recipe the trainer will refuse: the trainer says why, not the entrypoint.
+    assert entrypoint.output_dir(["rlrun", "train", DEMO, "algo.nope=1"], tmp_path) == local
+
+
 def test_trainer_overrides_resume_only_from_a_complete_checkpoint(tmp_path: Path) -> None:
-    fresh = entrypoint.trainer_overrides(tmp_path, "10.0.0.1")
-    assert fresh == [f"run.ray_address=10.0.0.1:{GCS_PORT}",
-                     f"run.output_dir={tmp_path / 'checkpoints'}"]
+    out = str(tmp_path / "checkpoints")
+    fresh = entrypoint.trainer_overrides(out, "10.0.0.1")
+    assert fresh == [f"run.ray_address=10.0.0.1:{GCS_PORT}", f"run.output_dir={out}"]
     learner = tmp_path / "checkpoints" / "learner"
     (learner / "step_000004").mkdir(parents=True)  # written, never recorded: not complete
-    assert "run.resume=true" not in entrypoint.trainer_overrides(tmp_path, "10.0.0.1")
+    assert "run.resume=true" not in entrypoint.trainer_overrides(out, "10.0.0.1")
     (learner / "checkpoints.json").write_text(json.dumps({"checkpoints": ["step_000004"]}))
-    assert entrypoint.trainer_overrides(tmp_path, "10.0.0.1")[-1] == "run.resume=true"
+    assert entrypoint.trainer_overrides(out, "10.0.0.1")[-1] == "run.resume=true"
 
 
 def test_the_trainer_prints_every_metric_for_the_regexes_unless_the_job_says_otherwise(
@@ -90,16 +104,16 @@ def test_the_trainer_prints_every_metric_for_the_regexes_unless_the_job_says_oth
 ) -> None:
     from rlrun.config import load_config
 
-    demo = str(Path(__file__).parents[2] / "conf" / "demo.yaml")
+    out = str(tmp_path / "checkpoints")
     command = entrypoint.trainer_command(["rlrun", "train", "conf/demo.yaml", "trainer.steps=2"],
-                                         tmp_path, "10.0.0.1")
+                                         out, "10.0.0.1")
     assert command[:5] == ["rlrun", "train", "conf/demo.yaml", "metrics.console=full",
                            "trainer.steps=2"]
-    assert command[5:] == entrypoint.trainer_overrides(tmp_path, "10.0.0.1")
-    assert load_config(demo, command[3:]).metrics.console == "full"
+    assert command[5:] == entrypoint.trainer_overrides(out, "10.0.0.1")
+    assert load_config(DEMO, command[3:]).metrics.console == "full"
     mine = entrypoint.trainer_command(["rlrun", "train", "conf/demo.yaml",
-                                       "metrics.console=short"], tmp_path, "10.0.0.1")
-    assert load_config(demo, mine[3:]).metrics.console == "short"
+                                       "metrics.console=short"], out, "10.0.0.1")
+    assert load_config(DEMO, mine[3:]).metrics.console == "short"
 
 
 def test_failure_file_and_exit_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,12 +130,14 @@ def test_failure_file_and_exit_code(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     )
 
 
-def test_final_model_is_the_latest_checkpoints(tmp_path: Path) -> None:
+@pytest.mark.parametrize("uri", [False, True], ids=["synced-dir", "uri"])
+def test_final_model_is_the_latest_checkpoints(tmp_path: Path, uri: bool) -> None:
+    out = (tmp_path / "checkpoints").as_uri() if uri else str(tmp_path / "checkpoints")
     with pytest.raises(entrypoint.BootError, match="holds no model"):
-        entrypoint.export_model(tmp_path)
+        entrypoint.export_model(tmp_path, out)
     learner = tmp_path / "checkpoints" / "learner"
     (learner / "step_000002" / "model").mkdir(parents=True)
     (learner / "step_000002" / "model" / "config.json").write_text("{}")
     (learner / "checkpoints.json").write_text(json.dumps({"checkpoints": ["step_000002"]}))
-    assert entrypoint.export_model(tmp_path) == learner / "step_000002" / "model"
+    assert entrypoint.export_model(tmp_path, out) == f"{out}/learner/step_000002/model"
     assert (tmp_path / "model" / "config.json").is_file()
