@@ -59,7 +59,7 @@ def train(env: dict[str, str], cwd: Path, steps: int, *extra: str) -> str:
     overrides = [o for o in small_overrides(out, steps=steps) if not o.startswith("run.output")]
     proc = subprocess.run(
         [sys.executable, "-m", "rlrun", "train", f"run.output_dir={out}", "run.name=s3run",
-         *overrides, "trainer.checkpoint_every=1", "trainer.eval_every=1", "trainer.eval_k=[1]",
+         *overrides, "trainer.checkpoint_every=1", "trainer.eval_k=[1]",
          "sft.enabled=true", "sft.max_steps=2", "sft.eval_every=2", "sft.batch_size=8",
          "reward.audit_before_training=false", "trainer.early_stopping.metric=val/reward_mean",
          "trainer.early_stopping.patience=100",
