@@ -1,5 +1,8 @@
 """SandboxPool on a small local Ray: order, de-duplication, load spread, surviving actor death."""
 
+import dataclasses
+import os
+import signal
 import time
 
 import pytest
@@ -84,6 +87,28 @@ def test_killing_an_actor_mid_batch_loses_no_verdict_and_counts_none_twice():
     assert stats["recreated"] == 1
     assert pool.actor_names() == ["kill.sandbox-0.1", "kill.sandbox-1"]
     assert again[0].status == "accepted"
+
+
+def test_a_frozen_actor_is_named_replaced_within_its_deadline_and_nothing_is_lost(caplog):
+    """SIGSTOPped: alive to Ray, answering nothing. Past sandbox.timeout_s it is named, killed
+    and replaced, and its chunk is judged again there."""
+    subs = [_sub(f"f{i}", i, code=SLOW_ECHO) for i in range(6)]
+    cfg = dataclasses.replace(_cfg(), timeout_s=4.0)
+    with SandboxPool(cfg, prefix="freeze", chunk_size=1) as pool:
+        frozen = ray.get_actor(pool.actor_names()[0])
+        pid = ray.get(frozen.__ray_call__.remote(lambda self: os.getpid()), timeout=30)
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with caplog.at_level("WARNING", logger="actors.pool"):
+            results = pool.judge(subs)
+        elapsed = time.monotonic() - started
+        stats = pool.stats()
+    assert [r.status for r in results] == ["accepted"] * 6
+    assert stats["recreated"] == 1
+    assert any(r.getMessage().startswith("sandbox actor freeze.sandbox-0 made no progress for "
+                                         "4s in judge (sandbox.timeout_s): replacing it")
+               for r in caplog.records), [r.getMessage()[:120] for r in caplog.records]
+    assert elapsed < 4.0 + 30  # the deadline, a replacement's start, the re-judged chunk
 
 
 def test_a_submission_that_always_fails_is_reported_as_sandbox_error_without_its_neighbours():
