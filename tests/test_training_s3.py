@@ -23,7 +23,6 @@ BUCKET = "rlrun-test"
 
 @pytest.fixture
 def s3_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    import boto3
     from moto.server import ThreadedMotoServer
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
@@ -33,23 +32,25 @@ def s3_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env = dict(os.environ, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
                AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=f"http://{host}:{port}",
                RLRUN_CACHE=str(tmp_path / "models"))
-    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                 aws_access_key_id="test", aws_secret_access_key="test").create_bucket(
-        Bucket=BUCKET)
+    client(env).create_bucket(Bucket=BUCKET)
     try:
         yield env
     finally:
         server.stop()
 
 
-def stored(env: dict[str, str], prefix: str) -> set[str]:
-    """The keys under s3://BUCKET/prefix, relative to it."""
+def client(env: dict[str, str]):
     import boto3
 
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                          aws_access_key_id="test", aws_secret_access_key="test")
+    return boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+                        aws_access_key_id="test", aws_secret_access_key="test")
+
+
+def stored(env: dict[str, str], prefix: str) -> set[str]:
+    """The keys under s3://BUCKET/prefix, relative to it."""
     keys: set[str] = set()
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+    pages = client(env).get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    for page in pages:
         keys |= {obj["Key"].removeprefix(prefix) for obj in page.get("Contents", [])}
     return keys
 
@@ -92,8 +93,7 @@ def test_an_s3_output_dir_holds_the_checkpoints_and_models_and_a_run_resumes_fro
     log = train(s3_env, tmp_path, 3, "run.resume=true")
     assert f"starting from the warm-started model in s3://{BUCKET}/run/sft/model" in log
     assert "sft done" not in log
-    record = json.loads(
-        _read(s3_env, "run/learner/checkpoints.json"))["checkpoints"]
+    record = json.loads(_read(s3_env, "run/learner/checkpoints.json"))["checkpoints"]
     assert record[-1] == "step_000003"
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text()
              .splitlines() if "reward/mean" in line]
@@ -101,8 +101,4 @@ def test_an_s3_output_dir_holds_the_checkpoints_and_models_and_a_run_resumes_fro
 
 
 def _read(env: dict[str, str], key: str) -> str:
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-                          aws_access_key_id="test", aws_secret_access_key="test")
-    return client.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+    return client(env).get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
