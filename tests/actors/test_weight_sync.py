@@ -136,11 +136,9 @@ def test_a_sync_that_cannot_succeed_stops_with_one_line_naming_the_engine_and_ph
     cfg = config(tmp_path)
     with Groups(cfg, tiny, wrong) as groups:
         sync = make_weight_sync(cfg, groups.learner, groups.rollouts)
-        started = time.monotonic()
         with pytest.raises(RuntimeError) as err:
             sync.sync(1)
         message = str(err.value)
         assert "\n" not in message
         assert "weight sync of version 1 failed twice: rollout actor test.rollout-" in message
         assert "during weight finish" in message and "do not match the rollout model" in message
-        assert time.monotonic() - started < 2 * cfg.weights.timeout_s

@@ -1,6 +1,5 @@
 """Reward plug-ins run in a process of their own: a hang or a crash is stopped and named."""
 
-import time
 
 import pytest
 
@@ -24,12 +23,10 @@ def test_a_plugin_answers_from_its_own_process():
 
 def test_a_hanging_call_is_stopped_at_its_deadline_with_its_stack(capfd):
     worker = PluginWorker(plugin("never_returns"), "reward.fns[1].fn", timeout_s=2)
-    start = time.monotonic()
     with pytest.raises(RewardError, match=r"'.*plugins\.py:never_returns' \(reward\.fns\[1\]\.fn\)"
                        r" made no progress for 2 s scoring a batch of 2 samples "
                        r"\(reward\.timeout_s\)"):
         worker(P, S)
-    assert time.monotonic() - start < 10
     stack = capfd.readouterr().err
     assert "never_returns" in stack and "plugins.py" in stack  # faulthandler's dump
 
