@@ -81,7 +81,7 @@ class LearnerWorker:
         """Join the process group, build the policy and optimizer, restore `restore` if given."""
         import torch.distributed as dist
 
-        from rlrun.models import load_tokenizer
+        from rlrun.models import load_tokenizer, local_model
         from rlrun.policy_model import build_policy
         from rlrun.policy_update import warmup_schedule
 
@@ -95,9 +95,10 @@ class LearnerWorker:
         self.device = torch.device("cuda", 0) if gpu else torch.device("cpu")
         torch.set_num_threads(torch_threads(cfg.learner.num_threads, cfg.learner.num_cpus))
         torch.manual_seed(cfg.run.seed + self.rank)
-        self.policy = build_policy(cfg, self.model_path, self.device, self.world)
+        path = local_model(self.model_path)  # a URI fetched once for policy, reference, tokenizer
+        self.policy = build_policy(cfg, path, self.device, self.world)
         self.model = self.policy.model
-        self.tokenizer = load_tokenizer(self.model_path)
+        self.tokenizer = load_tokenizer(path)
         # Built after the model is sharded and on its device, so restored optimizer state lands
         # where the parameters live.
         self.optimizer = torch.optim.AdamW(

@@ -60,6 +60,12 @@ def join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *parts]) if is_uri(base) else str(Path(base, *parts))
 
 
+def absolute(path: str) -> str:
+    """`path` as every process reaches it, whatever its working directory: a URI as it is, a
+    local path made absolute."""
+    return path if is_uri(path) else os.path.abspath(path)
+
+
 def is_file(path: str) -> bool:
     """Whether a file is at `path` (a local path or a URI)."""
     import pyarrow.fs

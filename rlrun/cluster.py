@@ -117,6 +117,33 @@ def _breakdown(ds: list[Demand], attr: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class _Shortfall:
+    """The first thing `ds` needs that some nodes lack: the total of a resource, or (`actor`
+    set) one actor's share, larger than the largest node's."""
+
+    resource: str  # "CPU" or "GPU"
+    attr: str  # the Demand field: "cpus" or "gpus"
+    need: float
+    have: float  # the nodes' total, or for `actor` the largest node's
+    actor: Demand | None = None
+
+
+def _shortfall(ds: list[Demand], nodes: list[dict[str, float]],
+               totals: dict[str, float]) -> _Shortfall | None:
+    """What `ds` lacks on `nodes` (whose resources add up to `totals`), CPUs before GPUs."""
+    for resource, attr in (("CPU", "cpus"), ("GPU", "gpus")):
+        need = sum(d.count * getattr(d, attr) for d in ds)
+        have = float(totals.get(resource, 0.0))
+        if need > have + 1e-9:
+            return _Shortfall(resource, attr, need, have)
+        biggest = max((float(n.get(resource, 0.0)) for n in nodes), default=0.0)
+        for d in ds:
+            if getattr(d, attr) > biggest + 1e-9:
+                return _Shortfall(resource, attr, getattr(d, attr), biggest, d)
+    return None
+
+
 def check_fits(
     ds: list[Demand], cluster: dict[str, float], nodes: list[dict[str, float]]
 ) -> None:
@@ -124,23 +151,16 @@ def check_fits(
 
     cluster: `ray.cluster_resources()`; nodes: the `Resources` of each alive node.
     """
-    for resource, attr in (("CPU", "cpus"), ("GPU", "gpus")):
-        need = sum(d.count * getattr(d, attr) for d in ds)
-        have = float(cluster.get(resource, 0.0))
-        if need > have + 1e-9:
+    if short := _shortfall(ds, nodes, cluster):
+        if short.actor is None:
             raise ClusterError(
-                f"the run needs {need:g} {resource}s ({_breakdown(ds, attr)}) but the Ray "
-                f"cluster has {have:g}: lower these config keys or add nodes"
+                f"the run needs {short.need:g} {short.resource}s ({_breakdown(ds, short.attr)}) "
+                f"but the Ray cluster has {short.have:g}: lower these config keys or add nodes"
             )
-        biggest = max((float(n.get(resource, 0.0)) for n in nodes), default=0.0)
-        for d in ds:
-            per_actor = getattr(d, attr)
-            if per_actor > biggest + 1e-9:
-                key = f"{d.role}.num_{attr}"
-                raise ClusterError(
-                    f"{key}={per_actor:g} does not fit on any node: the largest node has "
-                    f"{biggest:g} {resource}s"
-                )
+        raise ClusterError(
+            f"{short.actor.role}.num_{short.attr}={short.need:g} does not fit on any node: the "
+            f"largest node has {short.have:g} {short.resource}s"
+        )
     for group in sorted({d.node_group for d in ds if d.node_group}):
         _check_group_fits(group, [d for d in ds if d.node_group == group], nodes)
 
@@ -157,22 +177,19 @@ def _check_group_fits(group: str, ds: list[Demand], nodes: list[dict[str, float]
             f"{', '.join(known) or 'none'}); tag nodes with the resource "
             f"{node_group_resource(group)!r} or change the key"
         )
-    for resource, attr in (("CPU", "cpus"), ("GPU", "gpus")):
-        need = sum(d.count * getattr(d, attr) for d in ds)
-        have = sum(float(n.get(resource, 0.0)) for n in members)
-        if need > have + 1e-9:
+    totals = {r: sum(float(n.get(r, 0.0)) for n in members) for r in ("CPU", "GPU")}
+    if short := _shortfall(ds, members, totals):
+        if short.actor is None:
             raise ClusterError(
-                f"{keys}: the group's {len(members)} node(s) have {have:g} {resource}s but its "
-                f"actors need {need:g} ({_breakdown(ds, attr)}): lower these keys or add nodes "
-                "to the group"
+                f"{keys}: the group's {len(members)} node(s) have {short.have:g} "
+                f"{short.resource}s but its actors need {short.need:g} "
+                f"({_breakdown(ds, short.attr)}): lower these keys or add nodes to the group"
             )
-        biggest = max(float(n.get(resource, 0.0)) for n in members)
-        for d in ds:
-            if getattr(d, attr) > biggest + 1e-9:
-                raise ClusterError(
-                    f"{d.role}.num_{attr}={getattr(d, attr):g} does not fit on any node of "
-                    f"{d.role}.node_group={group}: its largest has {biggest:g} {resource}s"
-                )
+        raise ClusterError(
+            f"{short.actor.role}.num_{short.attr}={short.need:g} does not fit on any node of "
+            f"{short.actor.role}.node_group={group}: its largest has {short.have:g} "
+            f"{short.resource}s"
+        )
 
 
 def resolve_address(address: str, temp_dir: str | None = None) -> str:

@@ -7,3 +7,9 @@ from __future__ import annotations
 
 class InputError(ValueError):
     """Input (config, data, model, paths) a command cannot use; the message is one line."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message (a library's may run to pages), else its type."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 import torch
 
 from rlrun.config import ModelConfig
-from rlrun.errors import InputError
+from rlrun.errors import InputError, first_line
 
 TINY = "tiny"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -78,7 +78,7 @@ def local_model(path: str) -> str:
         files = [f for f in fs.get_file_info(pyarrow.fs.FileSelector(root, recursive=True))
                  if f.type == pyarrow.fs.FileType.File]
     except (OSError, ValueError) as err:
-        raise ModelLoadError(f"model {path!r} cannot be listed ({_first_line(err)})") from None
+        raise ModelLoadError(f"model {path!r} cannot be listed ({first_line(err)})") from None
     if not files:
         raise ModelLoadError(f"model {path!r}: nothing is stored there")
     listing = sorted((f.path, f.size, str(f.mtime)) for f in files)
@@ -205,11 +205,6 @@ def _reachable(url: str, timeout_s: float = 3.0) -> bool:
     return True
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
-
-
 def _from_pretrained(loader: Any, path: str, key: str, what: str) -> Any:
     """`loader.from_pretrained(path)`, trying a local directory, then the Hugging Face cache,
     then the hub only when it answers, so a bad path fails in seconds with what was tried."""
@@ -221,7 +216,7 @@ def _from_pretrained(loader: Any, path: str, key: str, what: str) -> Any:
             return loader.from_pretrained(str(local))
         except (OSError, ValueError, TypeError, KeyError) as err:
             raise ModelLoadError(
-                f"{key}={path!r}: cannot load the {what} from {local} ({_first_line(err)}; "
+                f"{key}={path!r}: cannot load the {what} from {local} ({first_line(err)}; "
                 "expected a directory written by save_pretrained)"
             ) from None
     try:
@@ -246,7 +241,7 @@ def _from_pretrained(loader: Any, path: str, key: str, what: str) -> Any:
     except (OSError, ValueError, TypeError, KeyError) as err:
         raise ModelLoadError(
             f"{key}={path!r}: not a local directory, not in the Hugging Face cache, and the hub "
-            f"did not provide its {what} ({_first_line(err)}); check the id, or HF_TOKEN for "
+            f"did not provide its {what} ({first_line(err)}); check the id, or HF_TOKEN for "
             "gated models"
         ) from None
 
@@ -290,7 +285,7 @@ def _check_safetensors(path: str, local: Path) -> None:
                 f.keys()
         except (SafetensorError, OSError, ValueError) as err:
             raise ModelLoadError(
-                f"model.path={path!r}: weights file {file.name} is unreadable ({_first_line(err)})"
+                f"model.path={path!r}: weights file {file.name} is unreadable ({first_line(err)})"
             ) from None
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlrun.checkpoint import is_uri, join, writable
+from rlrun.checkpoint import absolute, join, writable
 from rlrun.config import Config, from_dict, to_dict
 from rlrun.records import Problem
 
@@ -124,13 +124,13 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
     from trl import SFTConfig, SFTTrainer
 
     from rlrun.engines.hf import HFEngine
-    from rlrun.models import load_causal_lm, load_tokenizer
+    from rlrun.models import load_causal_lm, load_tokenizer, local_model
     from rlrun.rewards import build_reward
 
     # The rows live in memory: nothing to cache on disk.
     datasets.disable_caching()
     cfg = from_dict(loop_cfg["config"])
-    base = loop_cfg["model_path"]
+    base = local_model(loop_cfg["model_path"])  # a URI fetched once for every loader below
     train = [Problem.from_dict(d) for d in loop_cfg["train"]]
     val = [Problem.from_dict(d) for d in loop_cfg["val"]]
     rank = ray.train.get_context().get_world_rank()
@@ -245,8 +245,7 @@ def run_sft(cfg: Config, model_path: str, train: list[Problem], val: list[Proble
     rng = random.Random(cfg.run.seed)
     val_sample = rng.sample(val, min(len(val), 64)) if val else rng.sample(usable, 32)
     # Ray Train writes its checkpoints to storage every node reaches: a URI as it is.
-    out = cfg.run.output_dir
-    storage = out if is_uri(out) else str(Path(out).resolve())
+    storage = absolute(cfg.run.output_dir)
     trainer = TorchTrainer(
         _train_loop,
         train_loop_config={

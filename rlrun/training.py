@@ -35,6 +35,7 @@ from typing import Any
 
 from rlrun.checkpoint import (
     TrainState,
+    absolute,
     has_checkpoints,
     is_file,
     is_uri,
@@ -59,7 +60,7 @@ PLACEMENT_TIMEOUT_S = 30.0
 def run_dir_for(cfg: Config) -> str:
     """Local directory for metrics, samples and the report (run.output_dir unless remote)."""
     out = cfg.run.output_dir
-    return os.path.join("runs", cfg.run.name) if "://" in out else out
+    return os.path.join("runs", cfg.run.name) if is_uri(out) else out
 
 
 def init_ray(cfg: Config) -> None:
@@ -192,8 +193,7 @@ def warm_start(cfg: Config, model_path: str, train: list, val: list) -> str:
     """The SFT model this run starts RL from; trained once, reused on resume."""
     from rlrun.sft import run_sft
 
-    out = cfg.run.output_dir
-    done = join(out if is_uri(out) else os.path.abspath(out), "sft", "model")
+    done = join(absolute(cfg.run.output_dir), "sft", "model")
     if is_file(join(done, "config.json")):
         print(f"rlrun train: starting from the warm-started model in {done}", flush=True)
         return done
@@ -268,6 +268,10 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
     # before Ray and a warm-start have spent anything.
     run_dir = run_dir_for(cfg)
     logger = MetricsLogger(cfg.metrics, run_dir, to_dict(cfg), total_steps=cfg.trainer.steps)
+    rollouts = sandbox = learner = None
+    groups: dict[str, Any] = {}
+    executor = ThreadPoolExecutor(1, thread_name_prefix="rollout")
+    signalled = stop.requested
     try:
         # Ray, whether the actor groups fit it (before a warm-start that can take hours), then
         # the optional supervised warm-start: RL starts from its result.
@@ -291,13 +295,7 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
         check_memory(cfg)
         prefix = f"{cfg.run.name}-{uuid.uuid4().hex[:6]}"
         groups = place(cfg, roles, prefix)
-    except BaseException:
-        logger.close()
-        raise
-    rollouts = sandbox = learner = None
-    executor = ThreadPoolExecutor(1, thread_name_prefix="rollout")
-    signalled = stop.requested
-    try:
+
         # 4. actor groups, each on its own placement group.
         rollouts = RolloutGroup(cfg, model_path, groups["rollout"], prefix)
         if needs_sandbox:
@@ -365,13 +363,12 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
             if decision.improved:
                 # Absolute: the learner rank that writes it runs in a directory of its own,
                 # maybe on another node.
-                out = cfg.run.output_dir
-                model = join(out if is_uri(out) else os.path.abspath(out), "best", "model")
+                model = join(absolute(cfg.run.output_dir), "best", "model")
                 learner.export(model)
                 best = {"weight_version": version, "metric": stopping.cfg.metric,
                         "value": decision.best_value,
                         # relative to the run directory when that is where the model is
-                        "model": model if is_uri(out) else os.path.join("best", "model")}
+                        "model": model if is_uri(model) else os.path.join("best", "model")}
                 Path(run_dir, "best.json").write_text(json.dumps(best) + "\n")
             return decision.stop
 

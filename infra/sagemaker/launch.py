@@ -82,9 +82,11 @@ def job_overrides(args: argparse.Namespace, output_dir: str, job_output: str) ->
     """The job's overrides: the user's, and for a job of several instances, which share no
     file system, `run.output_dir` under `job_output` in S3 unless the recipe already writes to
     a URI (checkpoints, the warm-started and the best model must reach every instance)."""
+    from rlrun.checkpoint import is_uri
+
     hosts = args.instance_count if args.instance_type else sum(
         count for _, _, count in map(parse_group, args.instance_group))
-    if hosts > 1 and "://" not in output_dir:
+    if hosts > 1 and not is_uri(output_dir):
         return [*args.overrides, f"run.output_dir={job_output}"]
     return list(args.overrides)
 

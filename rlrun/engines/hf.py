@@ -31,7 +31,7 @@ from torch import Tensor
 
 from rlrun.config import RolloutConfig
 from rlrun.engines.base import SamplingParams, check_weight_names, encode_prompts
-from rlrun.models import load_causal_lm, load_tokenizer
+from rlrun.models import load_causal_lm, load_tokenizer, local_model
 from rlrun.records import Sample
 from rlrun.weights.buckets import ParamMeta
 from rlrun.weights.collective import GroupInfo, Receiver, WeightSyncError
@@ -50,7 +50,9 @@ class HFEngine:
         self.device = torch.device(
             "cuda" if cfg.num_gpus > 0 and torch.cuda.is_available() else "cpu"
         )
-        self.tokenizer = load_tokenizer(tokenizer_path or model_path)
+        # A model at a URI is fetched here once, not again by each loader.
+        model_path = local_model(model_path)
+        self.tokenizer = load_tokenizer(local_model(tokenizer_path or model_path))
         self.model = load_causal_lm(model_path, dtype).to(self.device)
         self.batch_size = cfg.batch_size
         self.version = 0

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from rlrun.config import ConfigError, MetricsConfig
+from rlrun.errors import first_line
 from rlrun.metrics.progress import bar_enabled, make_bar
 from rlrun.records import VERDICT_STATUSES
 
@@ -180,11 +181,6 @@ class _TensorBoard:
         self.writer.close()
 
 
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0].strip() if lines else type(err).__name__
-
-
 class _MLflow:
     def __init__(self, project: str, run_name: str, config: dict[str, Any] | None) -> None:
         self.mlflow = _require("mlflow", "metrics.mlflow")
@@ -194,7 +190,7 @@ class _MLflow:
         except Exception as err:
             raise ConfigError(
                 f"metrics.mlflow=true but MLflow cannot use its tracking store "
-                f"{self.mlflow.get_tracking_uri()!r} ({_first_line(err)}): set "
+                f"{self.mlflow.get_tracking_uri()!r} ({first_line(err)}): set "
                 "MLFLOW_TRACKING_URI to your server (http://...) or a local store "
                 "(sqlite:///mlflow.db with the full mlflow package; file:/path with "
                 "MLFLOW_ALLOW_FILE_STORE=true)"
@@ -220,7 +216,7 @@ class _Wandb:
                                        dir=str(run_dir))
         except Exception as err:
             raise ConfigError(
-                f"metrics.wandb=true but W&B could not start a run ({_first_line(err)}): run "
+                f"metrics.wandb=true but W&B could not start a run ({first_line(err)}): run "
                 "`wandb login`, or set WANDB_MODE=offline and `wandb sync` the run later"
             ) from None
 
