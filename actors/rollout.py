@@ -51,6 +51,9 @@ class RolloutActor:
     def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
         return self.engine.generate(prompts, sampling)
 
+    def extend(self, samples: list[Sample], sampling: SamplingParams) -> list[Sample]:
+        return self.engine.extend(samples, sampling)
+
     def load_weights(self, update: WeightUpdate) -> None:
         self.engine.load_weights(update.version, make_receiver(update.backend).receive(update))
 
@@ -139,17 +142,24 @@ class RolloutGroup:
         """Start generating `sampling.n` samples for each prompt; redeem with `wait`."""
 
         def generate(actor: Any, chunk: Chunk) -> Any:
-            seeded = sampling if sampling.seed is None else dataclasses.replace(
-                sampling, seed=sampling.seed + chunk.ordinal
-            )
-            return actor.generate.remote(chunk.items, seeded)
+            return actor.generate.remote(chunk.items, _seeded(sampling, chunk))
 
         return self.pool.submit(
             prompts, generate, chunk_size=self._chunk_size(len(prompts), sampling.n),
             what="generate",
         )
 
-    def wait(self, request: Any) -> list[list[Sample]]:
+    def submit_extend(self, samples: list[Sample], sampling: SamplingParams) -> Any:
+        """Start continuing each paused sample (partial rollouts); redeem with `wait`."""
+
+        def extend(actor: Any, chunk: Chunk) -> Any:
+            return actor.extend.remote(chunk.items, _seeded(sampling, chunk))
+
+        return self.pool.submit(
+            samples, extend, chunk_size=self._chunk_size(len(samples), 1), what="extend",
+        )
+
+    def wait(self, request: Any) -> list[Any]:
         return self.pool.wait(request)
 
     def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
@@ -175,3 +185,10 @@ class RolloutGroup:
 
     def shutdown(self) -> None:
         self.pool.shutdown()
+
+
+def _seeded(sampling: SamplingParams, chunk: Chunk) -> SamplingParams:
+    """Chunk k samples with seed + k, whichever actor runs it."""
+    if sampling.seed is None:
+        return sampling
+    return dataclasses.replace(sampling, seed=sampling.seed + chunk.ordinal)

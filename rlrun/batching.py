@@ -243,6 +243,19 @@ def batch_metrics(groups: list[Group], version: int) -> dict[str, float]:
     return metrics
 
 
+def token_lag_metrics(groups: list[Group], version: int, max_lag: int) -> dict[str, float]:
+    """Per-token staleness of the groups trained on at `version` (partial rollouts mix weight
+    versions within a sample): the mean lag, and the share of tokens at each lag 0..max_lag."""
+    lags = np.array([version - v for g in groups for s in g.scored for v in s.sample.versions()],
+                    dtype=np.int64)
+    if not len(lags):
+        return {}
+    shares = np.bincount(np.minimum(lags, max_lag), minlength=max_lag + 1) / len(lags)
+    return {"async/token_staleness_mean": float(lags.mean())} | {
+        f"async/token_lag_{k}": float(share) for k, share in enumerate(shares)
+    }
+
+
 def _scores(scored: list[ScoredSample], name: str) -> list[float]:
     # A sample without the component counts as 0, as it adds 0 to the reward; None is no score.
     return [c for s in scored if (c := s.components.get(name, 0.0)) is not None]

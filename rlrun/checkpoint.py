@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,9 @@ class TrainState:
     version: int = 0  # weight version of the saved model
     data_position: int = 0  # DataOrder position after the last trained batch
     bad_steps: int = 0  # optimizer updates skipped for non-finite gradients so far
+    # Partial rollouts: data positions of the groups still in flight after the last trained
+    # batch (drawn, not trained); a resumed run starts them over.
+    in_flight: list[int] = field(default_factory=list)
 
 
 def checkpoint_dir_name(step: int) -> str:

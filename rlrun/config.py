@@ -136,6 +136,8 @@ class RolloutConfig:
     max_model_len: int | None = None  # vLLM only: max prompt+completion tokens (null: the model's)
     timeout_s: float = 1800.0  # deadline of one generate or weight-load call; a later actor is replaced
     node_group: str | None = None  # only on nodes carrying the Ray resource node_group:<this> (an instance or worker group); null: any node
+    partial: bool = False  # partial rollouts: generate in rounds; unfinished groups carry over to later steps under newer weights (needs algo.max_staleness > 0)
+    partial_tokens: int = 64  # new tokens per sample per round of a partial rollout
 
 
 @dataclass
@@ -445,6 +447,12 @@ def validate(cfg: Config | DictConfig) -> None:
             "algo.is_correction", "none",
             "off-policy training (algo.max_staleness > 0) needs token or sequence IS correction",
         )
+    if cfg.rollout.partial and algo.max_staleness < 1:
+        _fail("rollout.partial", True,
+              "a partial rollout's tokens come from several weight versions: set "
+              "algo.max_staleness >= 1 (2 lets a group span a weight update and be trained)")
+    if cfg.rollout.partial_tokens < 1:
+        _fail("rollout.partial_tokens", cfg.rollout.partial_tokens, "must be >= 1")
     tiny = cfg.model.tiny
     if tiny.hidden_size % tiny.num_heads:
         _fail("model.tiny.num_heads", tiny.num_heads,

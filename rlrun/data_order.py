@@ -31,9 +31,11 @@ class DataOrder:
 
     def draw(self, k: int) -> list[int]:
         """The next `k` problem indices; advances `position` by `k`."""
-        out: list[int] = []
-        for pos in range(self.position, self.position + k):
-            epoch, offset = divmod(pos, self.num_problems)
-            out.append(int(self._permutation(epoch)[offset]))
+        out = [self.index_at(pos) for pos in range(self.position, self.position + k)]
         self.position += k
         return out
+
+    def index_at(self, position: int) -> int:
+        """The problem index drawn at `position`."""
+        epoch, offset = divmod(position, self.num_problems)
+        return int(self._permutation(epoch)[offset])

@@ -157,10 +157,19 @@ class Sample:
     response_text: str  # decoded, without special tokens, cut before a stop string
     # Log-probability of each response token under the policy that sampled it, [L].
     behaviour_logprobs: list[float]
-    finish_reason: Literal["stop", "length"]
-    weight_version: int = 0  # weight version of the engine that produced it
+    # "stop": EOS or a stop string; "length": max_new_tokens reached; "paused": a partial
+    # rollout's round ended first (`rollout.partial`), the sample continues in a later round.
+    finish_reason: Literal["stop", "length", "paused"]
+    weight_version: int = 0  # weight version of the engine that produced its first token
+    # [L] with partial rollouts: the weight version each token was sampled with (a later round
+    # may run under newer weights); empty: every token came from `weight_version`.
+    token_versions: list[int] = field(default_factory=list)
     problem_id: str = ""
     group_id: int = 0
+
+    def versions(self) -> list[int]:
+        """The weight version of each response token, [L]."""
+        return self.token_versions or [self.weight_version] * len(self.response_ids)
 
 
 @dataclass

@@ -48,6 +48,8 @@ class Rollout:
     groups: list[batching.Group]
     data_position: int
     metrics: dict[str, float] = field(default_factory=dict)
+    # Partial rollouts: data positions of the groups drawn but left in flight for a later step.
+    in_flight: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -86,9 +88,7 @@ def collect(
     `problems[i]`; `judges_code` adds the sandbox verdict counts to the metrics."""
     algo, weights = cfg.algo, normalize_weights(cfg)
     groups: list[batching.Group] = []
-    seen = equal = tokens = unscored = 0
-    t_generate = t_score = 0.0
-    verdicts: Counter[str] = Counter()
+    stats = RolloutStats()
     for _ in range(algo.max_topup_rounds + 1):
         # 1. draw
         start = order.position
@@ -99,40 +99,75 @@ def collect(
             cfg.rollout.sampling, n=algo.group_size, seed=sampling_seed(cfg.run.seed, start)
         )
         generated = generate([prompts[i] for i in indices], sampling)
-        t_generate += time.perf_counter() - t0
+        stats.t_generate += time.perf_counter() - t0
+        stats.tokens += sum(len(s.response_ids) for samples in generated for s in samples)
         # 3. score
-        t0 = time.perf_counter()
-        flat_problems, flat_samples = [], []
-        for k, (index, samples) in enumerate(zip(indices, generated, strict=True)):
-            for sample in samples:
-                flat_problems.append(problems[index])
-                flat_samples.append(dataclasses.replace(
-                    sample, problem_id=problems[index].id, group_id=start + k
-                ))
-                tokens += len(sample.response_ids)
-        scored = score(flat_problems, flat_samples)
-        t_score += time.perf_counter() - t0
-        verdicts.update(v.status for s in scored for v in s.verdicts)
-        unscored += sum(s.reward is None for s in scored)
-        G = algo.group_size
-        new = [batching.Group(i, scored[k * G : (k + 1) * G]) for k, i in enumerate(indices)]
+        new = score_groups(problems, [(start + k, i, samples) for k, (i, samples)
+                                      in enumerate(zip(indices, generated, strict=True))],
+                           score, stats)
         informative, flat = batching.split_informative(new, weights)
-        seen += len(new)
-        equal += len(flat)
+        stats.seen += len(new)
+        stats.equal += len(flat)
         groups += informative if algo.filter_equal_groups else new
         if len(groups) >= algo.prompts_per_step or not algo.filter_equal_groups:
             break
-    metrics = {
-        "train/all_equal_frac": equal / max(seen, 1),
-        "train/unscored": float(unscored),
-        "perf/time_generate": t_generate,
-        "perf/time_reward": t_score,
-        "perf/rollout_tokens_per_s": tokens / t_generate if t_generate > 0 else 0.0,
-    }
-    if judges_code:
-        metrics["sandbox/tests_per_s"] = sum(verdicts.values()) / t_score if t_score else 0.0
-        metrics |= {f"sandbox/{status}": float(verdicts[status]) for status in VERDICT_STATUSES}
-    return Rollout(groups, order.position, metrics)
+    return Rollout(groups, order.position, stats.metrics(judges_code))
+
+
+@dataclass
+class RolloutStats:
+    """What steps 1-3 of a batch count, for its metrics."""
+
+    seen: int = 0  # groups scored
+    equal: int = 0  # of them without a reward spread
+    tokens: int = 0  # tokens generated
+    unscored: int = 0  # samples the reward could not score
+    t_generate: float = 0.0
+    t_score: float = 0.0
+    verdicts: Counter[str] = field(default_factory=Counter)
+
+    def metrics(self, judges_code: bool) -> dict[str, float]:
+        """train/all_equal_frac, train/unscored, perf/* and, judging code, sandbox/*."""
+        out = {
+            "train/all_equal_frac": self.equal / max(self.seen, 1),
+            "train/unscored": float(self.unscored),
+            "perf/time_generate": self.t_generate,
+            "perf/time_reward": self.t_score,
+            "perf/rollout_tokens_per_s": (self.tokens / self.t_generate
+                                          if self.t_generate > 0 else 0.0),
+        }
+        if judges_code:
+            t = self.t_score
+            out["sandbox/tests_per_s"] = sum(self.verdicts.values()) / t if t else 0.0
+            out |= {f"sandbox/{s}": float(self.verdicts[s]) for s in VERDICT_STATUSES}
+        return out
+
+
+def score_groups(
+    problems: list[Problem],
+    generated: list[tuple[int, int, list[Sample]]],
+    score: ScoreFn,
+    stats: RolloutStats,
+) -> list[batching.Group]:
+    """Step 3: one scored group per (data position, problem index, its samples), counted in
+    `stats`; a group's samples carry its problem id and data position as `group_id`."""
+    flat_problems, flat_samples = [], []
+    for position, index, samples in generated:
+        for sample in samples:
+            flat_problems.append(problems[index])
+            flat_samples.append(dataclasses.replace(
+                sample, problem_id=problems[index].id, group_id=position
+            ))
+    t0 = time.perf_counter()
+    scored = score(flat_problems, flat_samples) if flat_samples else []
+    stats.t_score += time.perf_counter() - t0
+    stats.verdicts.update(v.status for s in scored for v in s.verdicts)
+    stats.unscored += sum(s.reward is None for s in scored)
+    groups, k = [], 0
+    for _, index, samples in generated:
+        groups.append(batching.Group(index, scored[k : k + len(samples)]))
+        k += len(samples)
+    return groups
 
 
 def make_batch(rollout: Rollout, version: int, step: int, cfg: Config) -> Batch:
@@ -168,15 +203,19 @@ def step_metrics(
     learner: dict[str, float],
     version: int,
     timings: dict[str, float],
+    token_lags: int = 0,
 ) -> dict[str, float]:
     """Everything one step logs: batch statistics, the rollout's and the learner's metrics,
     and `timings` (perf/time_rollout, perf/time_train, perf/time_sync, perf/time_step, ... in
-    seconds)."""
+    seconds); with `token_lags` > 0 (partial rollouts), the share of tokens per version lag
+    up to it."""
     tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in batch.samples)
     t_train = timings.get("perf/time_train", 0.0)
     t_step = timings.get("perf/time_step", 0.0)
+    lags = batching.token_lag_metrics(batch.groups, version, token_lags) if token_lags else {}
     return (
         batching.batch_metrics(batch.groups, version)
+        | lags
         | rollout.metrics
         | learner
         | {

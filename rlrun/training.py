@@ -259,10 +259,13 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
     from rlrun import evaluation, step
     from rlrun.data.prompts import render_prompt
     from rlrun.data_order import DataOrder
+    from rlrun.engines import SamplingParams
     from rlrun.metrics import MetricsLogger
     from rlrun.metrics.early_stopping import EarlyStopping
     from rlrun.metrics.health import HealthMonitor
     from rlrun.models import load_tokenizer
+    from rlrun.partial import PartialRollouts
+    from rlrun.records import Sample
 
     # 2. The metric sinks first: one that cannot start (an MLflow store, a W&B login) fails
     # before Ray and a warm-start have spent anything.
@@ -320,9 +323,23 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
             sync(state.version)
         reward.judge = sandbox.judge if sandbox else None
         order = DataOrder(len(train), cfg.run.seed, position=state.data_position)
+        partial = PartialRollouts(train, prompts, order, cfg, state.in_flight) \
+            if cfg.rollout.partial else None
 
-        def collect() -> step.Rollout:
-            """Steps 1-3 of the next batch: draw, generate on the rollout actors, score."""
+        def advance(new: list[str], sampling: SamplingParams, paused: list[Sample],
+                    continuing: SamplingParams) -> tuple[list[list[Sample]], list[Sample]]:
+            """One round of a partial rollout: new prompts and paused samples side by side."""
+            started = rollouts.submit(new, sampling) if new else None
+            extended = rollouts.submit_extend(paused, continuing) if paused else None
+            return (rollouts.wait(started) if started else [],
+                    rollouts.wait(extended) if extended else [])
+
+        def collect(version: int) -> step.Rollout:
+            """Steps 1-3 of the batch the learner trains at weight `version`: draw, generate on
+            the rollout actors, score."""
+            if partial is not None:
+                return partial.collect(advance, reward.score, version,
+                                       judges_code=needs_sandbox)
             return step.collect(train, prompts, order, rollouts.generate, reward.score, cfg,
                                 judges_code=needs_sandbox)
 
@@ -383,7 +400,7 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
                 t0 = time.perf_counter()
                 # 1-3. draw, generate, score (collected during the previous step when
                 # overlapping).
-                rollout = prefetch.result() if prefetch else collect()
+                rollout = prefetch.result() if prefetch else collect(state.version)
                 prefetch = None
                 t_rollout = time.perf_counter() - t0
                 # 4. advantages over the groups recent enough, one shard per learner rank.
@@ -391,7 +408,7 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
                 if cfg.algo.max_staleness > 0 and state.step + 1 < cfg.trainer.steps and not (
                     halt or signalled.is_set()
                 ):
-                    prefetch = executor.submit(collect)
+                    prefetch = executor.submit(collect, state.version + 1)
                 try:
                     # 5. learn: every rank trains on its shard ...
                     t1 = time.perf_counter()
@@ -409,12 +426,16 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
                         step=state.step + 1, version=state.step + 1,
                         data_position=rollout.data_position,
                         bad_steps=state.bad_steps + int(learned.get("train/bad_steps", 0)),
+                        in_flight=rollout.in_flight,
                     )
                     # 7. log ...
                     timings = {"perf/time_rollout": t_rollout, "perf/time_train": t_train,
                                "perf/time_sync": t_sync,
                                "perf/time_step": time.perf_counter() - t0} | synced
-                    metrics = step.step_metrics(batch, rollout, learned, state.version, timings)
+                    metrics = step.step_metrics(
+                        batch, rollout, learned, state.version, timings,
+                        token_lags=cfg.algo.max_staleness if partial else 0,
+                    )
                     if sandbox is not None:
                         metrics["sandbox/recreated"] = float(sandbox.stats()["recreated"])
                     if done.bad_steps > cfg.trainer.max_bad_steps:
@@ -445,6 +466,8 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
                         prefetch = None
                     state, saved, ahead = learner.restart(), True, False
                     order.position = state.data_position
+                    if partial is not None:
+                        partial.restart(state.in_flight)
                     logger.rewind(state.step)
                     print(f"rlrun train: learner restarted: rewound to step {state.step}",
                           file=sys.stderr, flush=True)

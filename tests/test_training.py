@@ -98,6 +98,36 @@ def test_a_short_run_with_another_weight_path_trains_and_syncs(ray_cluster, tmp_
     assert all(r["async/staleness_max"] == 0 for r in train_rows)
 
 
+def test_partial_rollouts_carry_groups_across_steps_and_resume_them(ray_cluster, tmp_path):
+    """Rounds of 2 tokens; a letter ends a completion, so lengths spread and groups finish in
+    different steps. Tokens from two weight versions share a sample, none is past the bound,
+    and a resumed run starts the recorded in-flight groups again."""
+    letters = "[" + ", ".join(repr(c) for c in "abcdefghijklmnopqrstuvwxyz") + "]"
+    overrides = small_overrides(tmp_path, steps=4) + [
+        "algo.max_staleness=2", "rollout.partial=true", "rollout.partial_tokens=2",
+        "algo.group_size=2", "algo.prompts_per_step=4",
+        f"rollout.sampling.stop={letters}", "trainer.checkpoint_every=2",
+    ]
+    run_training(load_config(None, overrides))
+    train_rows = [r for r in rows(tmp_path) if "reward/mean" in r]
+    assert [r["step"] for r in train_rows] == [0, 1, 2, 3]
+    assert all(r["train/samples"] == 8 for r in train_rows)
+    assert all(r["async/staleness_max"] <= 2 for r in train_rows)
+    assert all(sum(r[f"async/token_lag_{k}"] for k in range(3)) == pytest.approx(1.0)
+               for r in train_rows)
+    assert any(r["async/token_lag_1"] + r["async/token_lag_2"] > 0 for r in train_rows)
+    assert any(r["async/in_flight_groups"] > 0 for r in train_rows)
+    state = load_state(latest_checkpoint(str(tmp_path)))
+    assert state.step == 4 and state.data_position >= 8
+    # Every drawn prompt was trained, or is recorded in flight.
+    trained = [json.loads(line)["problem_id"] for line in open(tmp_path / "samples.jsonl")]
+    assert len(set(trained)) + len(state.in_flight) <= state.data_position
+
+    run_training(load_config(None, overrides[:-1] + ["trainer.steps=6", "run.resume=true"]))
+    again = [r for r in rows(tmp_path) if "reward/mean" in r]
+    assert [r["step"] for r in again] == [0, 1, 2, 3, 4, 5]
+
+
 def test_a_second_run_into_the_same_output_dir_must_say_resume(ray_cluster, tmp_path):
     run_training(load_config(None, small_overrides(tmp_path, steps=1)))
     with pytest.raises(ConfigError, match="run.resume=true"):

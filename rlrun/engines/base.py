@@ -11,13 +11,18 @@ engine follows, because the learner relies on them:
   (the model must learn to stop), and so is the token that completed a stop string.
   `response_text` is the decoded completion without special tokens, cut just before the stop
   string.
-- `finish_reason` is "stop" (EOS or a stop string) or "length" (`max_new_tokens` reached).
+- `finish_reason` is "stop" (EOS or a stop string) or "length" (`max_new_tokens` reached);
+  with `SamplingParams.round_tokens` (partial rollouts) a sample that reaches it first is
+  "paused", and `extend` continues it later, maybe under newer weights: its `response_ids`,
+  `behaviour_logprobs` and `token_versions` grow, each new token logged with the version that
+  sampled it. `max_new_tokens` bounds the whole response, across rounds.
 - Prompts are tokenized with the tokenizer's own special tokens (a BOS where it adds one),
   minus a trailing EOS that some tokenizers append: the model continues the prompt.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -37,6 +42,9 @@ class SamplingParams:
     include_stop_str: bool = False  # keep the stop string that ended a completion in its text
     n: int = 1  # completions per prompt
     seed: int | None = None  # same seed, same prompts, same weights -> same completions
+    # Partial rollouts: at most this many new tokens per sample in one call; a sample that
+    # reaches it unfinished ends "paused". None: generate until stop or max_new_tokens.
+    round_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -49,6 +57,8 @@ class SamplingParams:
             raise ValueError(f"sampling max_new_tokens={self.max_new_tokens} must be >= 1")
         if self.n < 1:
             raise ValueError(f"sampling n={self.n} must be >= 1")
+        if self.round_tokens is not None and self.round_tokens < 1:
+            raise ValueError(f"sampling round_tokens={self.round_tokens} must be >= 1")
         if any(not s for s in self.stop):
             raise ValueError(f"sampling stop={self.stop!r}: stop strings must be non-empty")
 
@@ -75,6 +85,11 @@ class Engine(Protocol):
         self, prompts: list[str], sampling: SamplingParams
     ) -> list[list[Sample]]:
         """`sampling.n` completions for each prompt, in prompt order."""
+        ...
+
+    def extend(self, samples: list[Sample], sampling: SamplingParams) -> list[Sample]:
+        """Continue each paused sample under the current weights (`sampling.n` is ignored: one
+        continuation per sample), in order."""
         ...
 
     def load_weights(self, version: int, weights: dict[str, Tensor]) -> None:
@@ -120,6 +135,46 @@ def check_weight_names(
         + "): send the full Hugging Face state dict of the same architecture, without "
         "DDP/FSDP prefixes"
     )
+
+
+def new_tokens(sampling: SamplingParams, done: int) -> int:
+    """How many tokens a call may add to a response that has `done` tokens."""
+    left = sampling.max_new_tokens - done
+    return left if sampling.round_tokens is None else min(left, sampling.round_tokens)
+
+
+def finish(sampling: SamplingParams, total: int) -> str:
+    """The finish reason of a response of `total` tokens that ended without a stop."""
+    return "length" if total >= sampling.max_new_tokens else "paused"
+
+
+def extended(sample: Sample, tokens: list[int], logprobs: list[float], text: str,
+             reason: str, version: int) -> Sample:
+    """`sample` continued by `tokens` sampled under weight `version`."""
+    versions = sample.versions() + [version] * len(tokens)
+    return dataclasses.replace(
+        sample,
+        response_ids=sample.response_ids + tokens,
+        behaviour_logprobs=sample.behaviour_logprobs + logprobs,
+        # kept empty while one version made every token (Sample.token_versions)
+        token_versions=[] if set(versions) <= {sample.weight_version} else versions,
+        response_text=text,
+        finish_reason=reason,
+    )
+
+
+def first_stop(text: str, stops: list[str], include: bool = False) -> int | None:
+    """Offset at which to cut `text`: the stop string that ends first wins, ties go to the
+    earlier one in `stops` (vLLM's rule), or None when no stop string occurs. The cut is before
+    the stop string, or after it when `include`."""
+    best: tuple[int, int] | None = None  # (end, start)
+    for stop in stops:
+        at = text.find(stop)
+        if at >= 0 and (best is None or at + len(stop) < best[0]):
+            best = (at + len(stop), at)
+    if best is None:
+        return None
+    return best[0] if include else best[1]
 
 
 def encode_prompts(tokenizer: Any, prompts: list[str]) -> list[list[int]]:

@@ -30,7 +30,15 @@ import torch
 from torch import Tensor
 
 from rlrun.config import RolloutConfig
-from rlrun.engines.base import SamplingParams, check_weight_names, encode_prompts
+from rlrun.engines.base import (
+    SamplingParams,
+    check_weight_names,
+    encode_prompts,
+    extended,
+    finish,
+    first_stop,
+    new_tokens,
+)
 from rlrun.models import load_causal_lm, load_tokenizer, local_model
 from rlrun.records import Sample
 from rlrun.weights.buckets import ParamMeta
@@ -137,47 +145,51 @@ class HFEngine:
     def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
         if not prompts:
             return []
-        prompt_ids = encode_prompts(self.tokenizer, prompts)
-        rows = [p for p in range(len(prompts)) for _ in range(sampling.n)]  # prompt of each row
-        order = sorted(range(len(rows)), key=lambda r: len(prompt_ids[rows[r]]))
+        fresh = [
+            Sample(prompt_ids=ids, response_ids=[], response_text="", behaviour_logprobs=[],
+                   finish_reason="paused", weight_version=self.version)
+            for ids in encode_prompts(self.tokenizer, prompts)
+            for _ in range(sampling.n)
+        ]
+        done = self.extend(fresh, sampling)
+        return [done[p * sampling.n : (p + 1) * sampling.n] for p in range(len(prompts))]
+
+    def extend(self, samples: list[Sample], sampling: SamplingParams) -> list[Sample]:
+        if not samples:
+            return []
+        # Rows with the same context stay adjacent (a stable sort), so each is prefilled once.
+        order = sorted(range(len(samples)),
+                       key=lambda r: len(samples[r].prompt_ids) + len(samples[r].response_ids))
         generator = torch.Generator(device=self.device)
         if sampling.seed is None:
             generator.seed()
         else:
             generator.manual_seed(sampling.seed)
 
-        done: list[Sample | None] = [None] * len(rows)
+        done: list[Sample | None] = [None] * len(samples)
         with self._lock, torch.inference_mode():
             if self._asleep:
                 raise RuntimeError(f"generate while asleep ({', '.join(sorted(self._asleep))})"
                                    ": wake_up first")
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
-                row_prompts = [rows[r] for r in batch]
-                outs = self._generate_batch(row_prompts, prompt_ids, sampling, generator)
+                outs = self._generate_batch([samples[r] for r in batch], sampling, generator)
                 for r, out in zip(batch, outs, strict=True):
                     done[r] = out
-        grouped: list[list[Sample]] = [[] for _ in prompts]
-        for r, sample in enumerate(done):
-            assert sample is not None
-            grouped[rows[r]].append(sample)
-        return grouped
+        return [s for s in done if s is not None]
 
     def _generate_batch(
-        self,
-        row_prompts: list[int],
-        prompt_ids: list[list[int]],
-        sampling: SamplingParams,
-        generator: torch.Generator,
+        self, rows: list[Sample], sampling: SamplingParams, generator: torch.Generator
     ) -> list[Sample]:
-        """Samples for rows whose prompts are `row_prompts` (indices into `prompt_ids`;
-        rows of one prompt are adjacent)."""
-        # Prefill each distinct prompt once, then copy its cache to each of its rows: with
+        """Each row continued from its prompt and the response it has so far (rows with the
+        same context are adjacent)."""
+        contexts = [s.prompt_ids + s.response_ids for s in rows]
+        # Prefill each distinct context once, then copy its cache to each of its rows: with
         # GRPO's n samples per prompt most of the prefill would otherwise be repeated.
-        runs = [(p, len(list(group))) for p, group in itertools.groupby(row_prompts)]
-        unique = [p for p, _ in runs]
+        runs = [(ids, len(list(group))) for ids, group in itertools.groupby(contexts)]
+        prompts = [ids for ids, _ in runs]
         counts = torch.tensor([count for _, count in runs], device=self.device)
-        prompts = [prompt_ids[p] for p in unique]
+        budgets = [new_tokens(sampling, len(s.response_ids)) for s in rows]
         width = max(len(ids) for ids in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -186,7 +198,7 @@ class HFEngine:
             mask[u, width - len(ids) :] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, W], 0 at each prompt's first token
-        cache = preallocated_cache(self.model.config, width + sampling.max_new_tokens)
+        cache = preallocated_cache(self.model.config, width + max(budgets))
         logits = self.model(
             input_ids=input_ids,
             attention_mask=mask,
@@ -199,12 +211,12 @@ class HFEngine:
         cache.batch_select_indices(expand)
         logits, mask = logits[expand], mask[expand]  # [B, V], [B, W]
         next_pos = positions[expand, -1] + 1  # [B]
-        prompts = [prompt_ids[p] for p in row_prompts]
-        batch = len(prompts)
+        batch = len(rows)
 
-        tokens_out: list[list[int]] = [[] for _ in prompts]
-        logprobs_out: list[list[float]] = [[] for _ in prompts]
-        reasons = ["length"] * batch
+        tokens_out: list[list[int]] = [list(s.response_ids) for s in rows]
+        new_out: list[list[int]] = [[] for _ in rows]
+        logprobs_out: list[list[float]] = [[] for _ in rows]
+        reasons = [""] * batch
         stop_at: list[int | None] = [None] * batch  # char offset at which the text is cut
         in_cache = list(range(batch))  # rows in the cache, in cache order
         finished = [False] * batch
@@ -213,25 +225,25 @@ class HFEngine:
         # at most four), and the whole text once one shows up there. Decoding the whole text at
         # every step made stop strings cost as much as the model on a tiny one.
         window = 4 * max(map(len, sampling.stop), default=0) + 8
-        for step in range(sampling.max_new_tokens):
+        for _ in range(max(budgets)):
             tokens, logprobs = sample_tokens(logits.float(), sampling, generator)  # [A], [A]
             for b, tok, lp in zip(in_cache, tokens.tolist(), logprobs.tolist(), strict=True):
                 if finished[b]:
                     continue
                 tokens_out[b].append(tok)
+                new_out[b].append(tok)
                 logprobs_out[b].append(lp)
                 if tok in self.eos_ids:
                     reasons[b], finished[b] = "stop", True
                 elif sampling.stop and any(
                     stop in self._decode(tokens_out[b][-window:]) for stop in sampling.stop
-                ):
-                    at = first_stop(
-                        self._decode(tokens_out[b]), sampling.stop, sampling.include_stop_str
-                    )
-                    if at is not None:
-                        reasons[b], stop_at[b], finished[b] = "stop", at, True
+                ) and (at := first_stop(self._decode(tokens_out[b]), sampling.stop,
+                                        sampling.include_stop_str)) is not None:
+                    reasons[b], stop_at[b], finished[b] = "stop", at, True
+                elif len(new_out[b]) == budgets[b]:
+                    reasons[b], finished[b] = finish(sampling, len(tokens_out[b])), True
             keep = [k for k, b in enumerate(in_cache) if not finished[b]]
-            if not keep or step == sampling.max_new_tokens - 1:
+            if not keep:
                 break
             # Dropping rows copies the cache, so wait until an eighth of the batch is done;
             # until then finished rows ride along and their tokens are ignored.
@@ -251,20 +263,12 @@ class HFEngine:
             next_pos = next_pos + 1
 
         out = []
-        for b, ids in enumerate(prompts):
+        for b, row in enumerate(rows):
             text = self._decode(tokens_out[b])
             if stop_at[b] is not None:
                 text = text[: stop_at[b]]
-            out.append(
-                Sample(
-                    prompt_ids=list(ids),
-                    response_ids=tokens_out[b],
-                    response_text=text,
-                    behaviour_logprobs=logprobs_out[b],
-                    finish_reason=reasons[b],
-                    weight_version=self.version,
-                )
-            )
+            out.append(extended(row, new_out[b], logprobs_out[b], text, reasons[b],
+                                self.version))
         return out
 
     def _decode(self, ids: list[int]) -> str:
@@ -319,20 +323,6 @@ def preallocated_cache(config: Any, capacity: int) -> Any:
         PreallocatedLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers
     ]
     return cache
-
-
-def first_stop(text: str, stops: list[str], include: bool = False) -> int | None:
-    """Offset at which to cut `text`: the stop string that ends first wins, ties go to the
-    earlier one in `stops` (vLLM's rule), or None when no stop string occurs. The cut is before
-    the stop string, or after it when `include`."""
-    best: tuple[int, int] | None = None  # (end, start)
-    for stop in stops:
-        at = text.find(stop)
-        if at >= 0 and (best is None or at + len(stop) < best[0]):
-            best = (at + len(stop), at)
-    if best is None:
-        return None
-    return best[0] if include else best[1]
 
 
 def sample_tokens(

@@ -42,6 +42,7 @@ sleep while the learner trains.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -50,7 +51,15 @@ from typing import Any
 from torch import Tensor
 
 from rlrun.config import RolloutConfig
-from rlrun.engines.base import SamplingParams, check_weight_names, encode_prompts
+from rlrun.engines.base import (
+    SamplingParams,
+    check_weight_names,
+    encode_prompts,
+    extended,
+    finish,
+    first_stop,
+    new_tokens,
+)
 from rlrun.models import DTYPES, load_tokenizer, local_model, state_dict_shapes
 from rlrun.records import Sample
 from rlrun.weights.buckets import ParamMeta
@@ -225,6 +234,45 @@ class VLLMEngine:
     def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
         if not prompts:
             return []
+        prompt_ids = encode_prompts(self.tokenizer, prompts)
+        params = [self._params(sampling, i, 0) for i in range(len(prompts))]
+        outputs, version = self._generate(prompt_ids, params, sampling)
+        return [
+            [self._completion(ids, out, version, sampling) for out in request.outputs]
+            for ids, request in zip(prompt_ids, outputs, strict=True)
+        ]
+
+    def extend(self, samples: list[Sample], sampling: SamplingParams) -> list[Sample]:
+        """Each paused sample resubmitted as prompt + response so far: vLLM recomputes its KV
+        cache under the current weights (the prefix cache was reset with the update). vLLM
+        looks for stop strings in the new text only, so one split across two rounds is missed
+        (the HF engine sees it)."""
+        if not samples:
+            return []
+        one = dataclasses.replace(sampling, n=1)
+        params = [self._params(one, i, len(s.response_ids)) for i, s in enumerate(samples)]
+        outputs, version = self._generate(
+            [s.prompt_ids + s.response_ids for s in samples], params, sampling
+        )
+        out = []
+        for sample, request in zip(samples, outputs, strict=True):
+            new = self._completion(sample.prompt_ids + sample.response_ids, request.outputs[0],
+                                   version, sampling)
+            tokens = sample.response_ids + new.response_ids
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            reason = new.finish_reason
+            if reason == "stop":
+                at = first_stop(text, sampling.stop, sampling.include_stop_str)
+                text = text if at is None else text[:at]
+            else:
+                reason = finish(sampling, len(tokens))
+            out.append(extended(sample, new.response_ids, new.behaviour_logprobs, text,
+                                reason, version))
+        return out
+
+    def _generate(self, contexts: list[list[int]], params: list[Any],
+                  sampling: SamplingParams) -> tuple[list[Any], int]:
+        """vLLM's outputs for each context, and the weight version that made them."""
         if (sampling.top_k > 0 or sampling.top_p < 1.0) and not self._warned_filters:
             log.warning(
                 "vLLM reports log-probs renormalised over the top-k/top-p tokens it keeps "
@@ -232,8 +280,6 @@ class VLLMEngine:
                 sampling.top_k, sampling.top_p,
             )
             self._warned_filters = True
-        prompt_ids = encode_prompts(self.tokenizer, prompts)
-        params = [self._params(sampling, i) for i in range(len(prompts))]
         with self._lock:
             if self._updating >= 0:
                 # vLLM reloads layer by layer: the model is half old, half new until finish.
@@ -241,15 +287,13 @@ class VLLMEngine:
                     f"generate while the update to weight version {self._updating} is open"
                 )
             outputs = self.llm.generate(
-                [{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False
+                [{"prompt_token_ids": ids} for ids in contexts], params, use_tqdm=False
             )
-            version = self.version
-        return [
-            [self._completion(ids, out, version) for out in request.outputs]
-            for ids, request in zip(prompt_ids, outputs, strict=True)
-        ]
+            return outputs, self.version
 
-    def _params(self, sampling: SamplingParams, prompt_index: int) -> Any:
+    def _params(self, sampling: SamplingParams, prompt_index: int, done: int) -> Any:
+        """vLLM's sampling parameters for prompt `prompt_index` of a call, whose response has
+        `done` tokens already."""
         # vLLM gives the k-th of n samples seed + k; spacing prompts n apart keeps every
         # sample's stream distinct, so equal prompts in one call do not get equal samples.
         seed = None if sampling.seed is None else sampling.seed + prompt_index * sampling.n
@@ -258,7 +302,7 @@ class VLLMEngine:
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             top_k=sampling.top_k,
-            max_tokens=sampling.max_new_tokens,
+            max_tokens=new_tokens(sampling, done),
             stop=list(sampling.stop) or None,
             include_stop_str_in_output=sampling.include_stop_str,
             seed=seed,
@@ -267,7 +311,8 @@ class VLLMEngine:
         )
 
     @staticmethod
-    def _completion(prompt_ids: list[int], out: Any, version: int) -> Sample:
+    def _completion(prompt_ids: list[int], out: Any, version: int,
+                    sampling: SamplingParams) -> Sample:
         if out.finish_reason not in ("stop", "length"):
             raise RuntimeError(f"vLLM ended a completion with finish_reason={out.finish_reason!r}")
         token_ids = list(out.token_ids)
@@ -277,6 +322,8 @@ class VLLMEngine:
             response_ids=token_ids,
             response_text=out.text,
             behaviour_logprobs=logprobs,
-            finish_reason=out.finish_reason,
+            # vLLM's "length" is this call's max_tokens, which a partial rollout's round sets
+            finish_reason="stop" if out.finish_reason == "stop" else finish(
+                sampling, len(token_ids)),
             weight_version=version,
         )

@@ -9,7 +9,11 @@ replaces the weights, or refuses with a clear error and changes nothing.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import importlib.util
+import sys
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -17,6 +21,7 @@ import torch
 from rlrun.config import RolloutConfig
 from rlrun.engines import SamplingParams, WeightsMismatchError, make_engine
 from rlrun.models import load_causal_lm, load_tokenizer
+from tests.engines.test_vllm_api import STAND_INS, TIMEOUT_ENV
 
 PROMPTS = [
     "Q: 2+3=?\nA:",
@@ -25,7 +30,7 @@ PROMPTS = [
     "A longer prompt, so that the batch needs left padding: 12345 67890\n",
 ]
 # Float32 on CPU agrees to rounding; vLLM's GPU kernels differ from the CPU reference a little.
-TOLERANCE = {"hf": 1e-4, "vllm": 5e-3}
+TOLERANCE = {"hf": 1e-4, "vllm-stand-in": 1e-4, "vllm": 5e-3}
 
 
 def _vllm_missing() -> str | None:
@@ -38,6 +43,7 @@ def _vllm_missing() -> str | None:
 
 ENGINES = [
     "hf",
+    "vllm-stand-in",  # rlrun's vLLM engine over tests/stand_ins/vllm, on CPU
     pytest.param(
         "vllm",
         marks=[
@@ -50,15 +56,37 @@ ENGINES = [
 
 @pytest.fixture(scope="module", params=ENGINES)
 def engine(request: pytest.FixtureRequest, tiny_path: str):
-    if request.param == "vllm":
+    if request.param == "hf":
+        eng = make_engine("hf", tiny_path, RolloutConfig(batch_size=8), "float32")
+    elif request.param == "vllm":
         cfg = RolloutConfig(
             engine="vllm", num_gpus=1, gpu_memory_utilization=0.2, max_model_len=512
         )
+        eng = make_engine("vllm", tiny_path, cfg, "float32")
     else:
-        cfg = RolloutConfig(batch_size=8)
-    eng = make_engine(request.param, tiny_path, cfg, "float32")
+        with stand_in_vllm():
+            eng = make_engine("vllm", tiny_path, RolloutConfig(engine="vllm"), "float32")
     eng.name = request.param
     return eng
+
+
+@contextlib.contextmanager
+def stand_in_vllm() -> Iterator[None]:
+    """`import vllm` finds the stand-in while the engine is built; the engine keeps the
+    modules it imported, the rest of the suite does not see them."""
+
+    def drop() -> None:
+        for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+            del sys.modules[name]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(STAND_INS))
+        mp.setenv(TIMEOUT_ENV, "20")
+        drop()
+        try:
+            yield
+        finally:
+            drop()
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +157,7 @@ def test_n_completions_per_prompt_are_distinct_samples(engine, tokenizer) -> Non
     ids=["t1", "t0.7", "t1.3-topk-topp", "greedy"],
 )
 def test_logprobs_match_a_full_forward_of_the_same_weights(engine, reference, sampling) -> None:
-    if engine.name == "vllm" and (sampling.top_k or sampling.top_p < 1):
+    if engine.name.startswith("vllm") and (sampling.top_k or sampling.top_p < 1):
         pytest.skip("vLLM renormalises log-probs over the top-k/top-p support (engines/vllm.py)")
     groups = engine.generate(PROMPTS, sampling)
     assert_logprobs_match(engine, reference, groups, sampling.temperature)
@@ -276,3 +304,55 @@ def test_state_dict_keys_are_the_hugging_face_names(engine, reference) -> None:
 
 def test_no_prompts_no_completions(engine) -> None:
     assert engine.generate([], SamplingParams()) == []
+
+
+def test_rounds_of_a_partial_rollout_continue_the_same_sequence(engine, reference) -> None:
+    """Greedy, generating in rounds of 5 tokens (`round_tokens`) and extending the paused
+    samples gives the one-call completion, token for token, each log-prob from its context."""
+    whole = engine.generate(PROMPTS, SamplingParams(temperature=0.0, max_new_tokens=12))
+    rounds = SamplingParams(temperature=0.0, max_new_tokens=12, round_tokens=5)
+    samples = [g[0] for g in engine.generate(PROMPTS, rounds)]
+    for s in samples:
+        assert len(s.response_ids) == 5 or s.finish_reason == "stop"
+        assert s.finish_reason != "length"
+    while paused := [k for k, s in enumerate(samples) if s.finish_reason == "paused"]:
+        for k, s in zip(paused, engine.extend([samples[k] for k in paused], rounds),
+                        strict=True):
+            samples[k] = s
+    assert [s.response_ids for s in samples] == all_tokens(whole)
+    assert [s.response_text for s in samples] == [g[0].response_text for g in whole]
+    assert [s.finish_reason for s in samples] == [g[0].finish_reason for g in whole]
+    assert_logprobs_match(engine, reference, [[s] for s in samples], 0.0)
+
+
+def test_a_paused_sample_continues_under_new_weights(engine, reference) -> None:
+    rounds = SamplingParams(temperature=1.0, max_new_tokens=9, round_tokens=4, seed=5)
+    first = [g[0] for g in engine.generate(PROMPTS, rounds)]
+    original = {k: v.clone() for k, v in reference.state_dict().items()}
+    gen = torch.Generator().manual_seed(1)
+    perturbed = {k: v + 0.5 * torch.randn(v.shape, generator=gen) for k, v in original.items()}
+    perturbed["lm_head.weight"] = perturbed["model.embed_tokens.weight"]  # tied in this model
+    old_version = engine.version
+    try:
+        engine.load_weights(old_version + 1, perturbed)
+        paused = [s for s in first if s.finish_reason == "paused"]
+        assert paused
+        later = engine.extend(paused, dataclasses.replace(rounds, n=3))  # n is not used
+        twin = load_causal_lm_like(reference, perturbed)
+    finally:
+        engine.load_weights(old_version + 2, original)
+    for before, after in zip(paused, later, strict=True):
+        cut = len(before.response_ids)
+        assert after.response_ids[:cut] == before.response_ids
+        assert after.behaviour_logprobs[:cut] == before.behaviour_logprobs
+        assert after.weight_version == old_version
+        assert after.versions() == [old_version] * cut + [old_version + 1] * (
+            len(after.response_ids) - cut)
+        # 4 + 4 of 9 tokens: paused again unless it stopped
+        assert after.finish_reason == "stop" or (
+            after.finish_reason == "paused" and len(after.response_ids) == 8)
+        # The new tokens' log-probs come from the new weights, over the whole context.
+        new = reference_logprobs(twin, after.prompt_ids + before.response_ids,
+                                 after.response_ids[cut:], 1.0)
+        torch.testing.assert_close(torch.tensor(after.behaviour_logprobs[cut:]), new,
+                                   atol=TOLERANCE[engine.name], rtol=0)

@@ -9,7 +9,8 @@ import torch
 
 from rlrun.config import RolloutConfig
 from rlrun.engines import SamplingParams, make_engine
-from rlrun.engines.hf import first_stop, sample_tokens
+from rlrun.engines.base import first_stop
+from rlrun.engines.hf import sample_tokens
 
 # One row, four tokens with probabilities 0.4, 0.3, 0.2, 0.1 at temperature 1.
 PROBS = torch.tensor([0.4, 0.3, 0.2, 0.1])

@@ -1,0 +1,176 @@
+"""Partial rollouts (`rollout.partial`): generation in rounds, unfinished groups carried over.
+
+Without them a step waits for its slowest completion: one long generation holds up the whole
+batch, and with `algo.max_staleness > 0` it also holds up the weight update queued behind it on
+the rollout actor. With them (Kimi k1.5's partial rollouts; slime's and APRIL's), generation
+proceeds in rounds of at most `rollout.partial_tokens` new tokens per sample:
+
+1. the pool holds `algo.prompts_per_step` groups in flight. Each round tops it up with newly
+   drawn prompts, starts them and continues the paused samples of the others, all under
+   whatever weights the engines hold at that moment: a weight update lands between two rounds
+   instead of waiting for every generation to end, and each token records the version that
+   sampled it (`Sample.token_versions`) beside its behaviour log-prob, so the learner's
+   importance-sampling correction weighs every token against the policy that drew it;
+2. a group whose G samples have all finished is scored, and the step takes finished groups
+   (with `algo.filter_equal_groups` only those with a reward spread) until it has
+   `algo.prompts_per_step`; the long ones stay in the pool and finish in a later step;
+3. staleness is bounded per token: a batch trained at weight version v may hold no token older
+   than v - `algo.max_staleness`. A group whose oldest token sits exactly at that bound must
+   finish in this step (the step runs more rounds for it, veRL's "wait" policy, never more than
+   the rounds one completion takes), so no generated token is thrown away; a group already past
+   it (a learner rewound to a checkpoint) starts over from its prompt.
+
+A step runs at most `(algo.max_topup_rounds + 2) * ceil(max_new_tokens / partial_tokens)`
+rounds: the work of the top-up rounds it replaces, and of finishing the groups at the bound.
+A checkpoint records the data positions of the groups in flight (`TrainState.in_flight`); a
+resumed run starts those over, so every drawn prompt is still trained once, though not from
+the tokens the interrupted run had.
+Nothing here knows about Ray: `advance` is the rollout actors' generate and extend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rlrun import batching
+from rlrun.config import Config
+from rlrun.data_order import DataOrder
+from rlrun.engines.base import SamplingParams
+from rlrun.records import Problem, Sample
+from rlrun.step import (
+    Rollout,
+    RolloutStats,
+    ScoreFn,
+    normalize_weights,
+    sampling_seed,
+    score_groups,
+)
+
+# advance(prompts, sampling for them, paused samples, sampling for those) ->
+#   (sampling.n samples per prompt, each paused sample continued): one round on the engines
+AdvanceFn = Callable[
+    [list[str], SamplingParams, list[Sample], SamplingParams],
+    tuple[list[list[Sample]], list[Sample]],
+]
+# Seeds of continuations: the seed of the round's new prompts plus this times the round count.
+CONTINUE_SEED_OFFSET = 500_009
+
+
+@dataclass
+class InFlight:
+    """One group in the pool: its prompt, its samples so far (None: not started), and its
+    scored group once every sample finished."""
+
+    position: int  # in the data order; the samples' group_id
+    problem_index: int
+    samples: list[Sample] | None = None
+    finished: batching.Group | None = None
+
+    @property
+    def oldest(self) -> int | None:
+        """The weight version of its oldest token (None: not started)."""
+        return None if not self.samples else min(s.weight_version for s in self.samples)
+
+
+class PartialRollouts:
+    """The pool of groups in flight, kept from one step to the next."""
+
+    def __init__(self, problems: list[Problem], prompts: list[str], order: DataOrder,
+                 cfg: Config, in_flight: list[int] | None = None) -> None:
+        self.problems, self.prompts, self.order, self.cfg = problems, prompts, order, cfg
+        self.pool: list[InFlight] = []
+        self.rounds_run = 0  # rounds of this pool so far: continuations seed by it
+        self.restart(in_flight or [])
+
+    def restart(self, in_flight: list[int]) -> None:
+        """Empty the pool but for the groups at data positions `in_flight`, not started (a
+        resumed run, a learner rewound to its checkpoint)."""
+        self.pool = [InFlight(p, self.order.index_at(p)) for p in in_flight]
+
+    def collect(self, advance: AdvanceFn, score: ScoreFn, version: int,
+                judges_code: bool = False) -> Rollout:
+        """The batch the learner trains at weight `version`: rounds until it has
+        `algo.prompts_per_step` finished groups and no group at the staleness bound is left
+        unfinished (or the round bound is reached), as `rlrun.step.collect` returns it, with
+        the pool's positions in `in_flight`."""
+        cfg, algo = self.cfg, self.cfg.algo
+        want, weights = algo.prompts_per_step, normalize_weights(cfg)
+        limit = cfg.rollout.sampling.max_new_tokens
+        max_rounds = (algo.max_topup_rounds + 2) * math.ceil(limit / cfg.rollout.partial_tokens)
+        stats = RolloutStats()
+        taken: list[batching.Group] = []
+        rounds = restarted = 0
+
+        def take(finished: list[InFlight]) -> int:
+            """Move finished groups into the batch while it has room (with filtering, groups
+            without a reward spread leave the pool instead); returns how many had no spread."""
+            groups = [g.finished for g in finished if g.finished is not None]
+            flat = {id(g) for g in batching.split_informative(groups, weights)[1]}
+            for entry in finished:
+                if algo.filter_equal_groups and id(entry.finished) in flat:
+                    self.pool.remove(entry)
+                elif len(taken) < want and entry.finished is not None:
+                    taken.append(entry.finished)
+                    self.pool.remove(entry)
+            return len(flat)
+
+        def at_bound() -> bool:
+            """A group in flight could not wait for the next step."""
+            return any(g.finished is None and g.oldest is not None and
+                       version - g.oldest >= algo.max_staleness for g in self.pool)
+
+        for entry in self.pool:
+            oldest = entry.oldest
+            if oldest is not None and version - oldest > algo.max_staleness:
+                restarted += len(entry.samples or [])
+                entry.samples, entry.finished = None, None
+        take([g for g in self.pool if g.finished is not None])  # finished in an earlier step
+        while (len(taken) < want or at_bound()) and rounds < max_rounds:
+            start = self.order.position
+            room = want - len(self.pool) if len(taken) < want else 0
+            self.pool += [InFlight(start + k, i) for k, i in enumerate(self.order.draw(room))]
+            fresh = [g for g in self.pool if g.samples is None]
+            paused = [(g, k) for g in self.pool if g.samples and g.finished is None
+                      for k, s in enumerate(g.samples) if s.finish_reason == "paused"]
+            self.rounds_run += 1
+            seed = sampling_seed(cfg.run.seed, start)
+            base = dataclasses.replace(
+                SamplingParams.from_config(cfg.rollout.sampling, n=algo.group_size, seed=seed),
+                round_tokens=cfg.rollout.partial_tokens,
+            )
+            t0 = time.perf_counter()
+            before = sum(len(s.response_ids) for g in self.pool for s in g.samples or [])
+            started, continued = advance(
+                [self.prompts[g.problem_index] for g in fresh], base,
+                [g.samples[k] for g, k in paused if g.samples],
+                dataclasses.replace(base, n=1,
+                                    seed=seed + CONTINUE_SEED_OFFSET * self.rounds_run),
+            )
+            for entry, samples in zip(fresh, started, strict=True):
+                entry.samples = samples
+            for (entry, k), sample in zip(paused, continued, strict=True):
+                assert entry.samples is not None
+                entry.samples[k] = sample
+            stats.t_generate += time.perf_counter() - t0
+            stats.tokens += sum(len(s.response_ids) for g in self.pool
+                                for s in g.samples or []) - before
+            done = [g for g in self.pool if g.finished is None and g.samples
+                    and all(s.finish_reason != "paused" for s in g.samples)]
+            for entry, group in zip(done, score_groups(
+                    self.problems, [(g.position, g.problem_index, g.samples or []) for g in done],
+                    score, stats), strict=True):
+                entry.finished = group
+            stats.seen += len(done)
+            stats.equal += take(done)
+            rounds += 1
+        metrics = stats.metrics(judges_code) | {
+            "async/partial_rounds": float(rounds),
+            "async/in_flight_groups": float(len(self.pool)),
+            "async/restarted_samples": float(restarted),
+        }
+        return Rollout(taken, self.order.position, metrics,
+                       in_flight=sorted(g.position for g in self.pool))
