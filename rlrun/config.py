@@ -681,7 +681,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                     f"not hold a {type(recipe).__name__.removesuffix('Config').lower()}"
                 )
             _check_keys(Config, OmegaConf.to_container(recipe), "")
-            merged = OmegaConf.merge(merged, recipe)
+            merged = OmegaConf.merge(merged, _off_words(recipe))
         if overrides:
             for item in overrides:
                 if "=" not in item:
@@ -690,13 +690,22 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
                     )
             dotlist = OmegaConf.from_dotlist(list(overrides))
             _check_keys(Config, OmegaConf.to_container(dotlist), "")
-            merged = OmegaConf.merge(merged, dotlist)
+            merged = OmegaConf.merge(merged, _off_words(dotlist))
         OmegaConf.resolve(merged)
         cfg: Config = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except (ValidationError, ConfigKeyError, OmegaConfBaseException) as err:
         raise ConfigError(_explain(err)) from None
     validate(cfg)
     return cfg
+
+
+def _off_words(node: DictConfig) -> DictConfig:
+    """`node` with the word back where YAML read a bare `off` as false, for the keys whose
+    choices include "off" (`metrics.console=off`)."""
+    for key, choices in CHOICES.items():
+        if "off" in choices and OmegaConf.select(node, key) is False:
+            OmegaConf.update(node, key, "off")
+    return node
 
 
 def split_args(args: list[str]) -> tuple[str | None, list[str]]:

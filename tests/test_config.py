@@ -139,3 +139,15 @@ def test_config_errors_come_back_before_heavy_imports() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "unknown config key algo.grup_size" in out.stderr
+
+
+def test_off_is_a_word_for_the_keys_that_offer_it(tmp_path) -> None:
+    """YAML reads a bare `off` as false; `metrics.console=off` must still mean "off"."""
+    cfg = load_config(None, ["metrics.console=off", "metrics.progress=off"])
+    assert (cfg.metrics.console, cfg.metrics.progress) == ("off", "off")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("metrics:\n  console: off\n  progress: off\n")
+    cfg = load_config(str(recipe), [])
+    assert (cfg.metrics.console, cfg.metrics.progress) == ("off", "off")
+    with pytest.raises(ConfigError, match="metrics.console"):
+        load_config(None, ["metrics.console=on"])
