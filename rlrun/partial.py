@@ -18,7 +18,7 @@ proceeds in rounds of at most `rollout.partial_tokens` new tokens per sample:
    than v - `algo.max_staleness`. A group whose oldest token sits exactly at that bound must
    finish in this step (the step runs more rounds for it, veRL's "wait" policy, never more than
    the rounds one completion takes), so no generated token is thrown away; a group already past
-   it (a learner rewound to a checkpoint) starts over from its prompt.
+   it (the previous step's round limit ran out first) starts over from its prompt.
 
 A step runs at most `(algo.max_topup_rounds + 2) * ceil(max_new_tokens / partial_tokens)`
 rounds: the work of the top-up rounds it replaces, and of finishing the groups at the bound.

@@ -11,6 +11,10 @@ too few GPUs, vLLM missing), and the script exits non-zero if any check failed. 
   `weights.backend=collective`: a round trip through vLLM's native NCCL weight transfer changes
   the engine's outputs, and the engine's log-probs then match the learner's within the contract
   tolerance; the sync's time and GB/s;
+- partial-vllm (2 GPUs): partial rollouts on vLLM with a learner on the other GPU
+  (`rollout.partial=true`, 16 tokens per round, `algo.max_staleness=2`): paused samples are
+  resubmitted and continue under the weights of later syncs, and the tokens' version lags are
+  reported;
 - tp2 (2 GPUs for the engine, 3 with a learner GPU): vLLM at tensor_parallel_size=2 on two
   {GPU: 1} bundles starts, generates, and takes a weight update;
 - colocated-ipc (1 GPU): learner and vLLM share the GPU, vLLM sleeps while the learner
@@ -99,6 +103,18 @@ def check_nccl_sync() -> str:
             f"{sync['perf/sync_gb_per_s']:.2f} GB/s; step-0 max ratio {1 + ratio:.4f}")
 
 
+def check_partial_vllm() -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        run = train(Path(tmp), "rollout.engine=vllm", "rollout.num_gpus=1", "learner.num_gpus=1",
+                    "weights.backend=collective", "algo.max_staleness=2",
+                    "rollout.partial=true", "rollout.partial_tokens=16", steps=4)
+    rows = run["rows"]
+    older = sum(r["async/token_lag_1"] + r["async/token_lag_2"] for r in rows[1:]) / (
+        len(rows) - 1)
+    return (f"{len(rows)} steps; {max(r['async/partial_rounds'] for r in rows):.0f} rounds at "
+            f"most; {older:.0%} of tokens after step 0 from an older version")
+
+
 def check_tp2() -> str:
     with tempfile.TemporaryDirectory() as tmp:
         run = train(Path(tmp), "rollout.engine=vllm", "rollout.tensor_parallel_size=2",
@@ -160,6 +176,7 @@ CHECKS: list[tuple[str, int, bool, Callable[[], str]]] = [
     # name, GPUs needed, needs vLLM, check
     ("engine-contract", 1, True, check_engine_contract),
     ("nccl-sync", 2, True, check_nccl_sync),
+    ("partial-vllm", 2, True, check_partial_vllm),
     ("tp2", 2, True, check_tp2),
     ("colocated-ipc", 1, True, check_colocated_ipc),
     ("fsdp2-steps", 1, False, check_fsdp2_steps),
