@@ -138,6 +138,7 @@ class RolloutConfig:
     node_group: str | None = None  # only on nodes carrying the Ray resource node_group:<this> (an instance or worker group); null: any node
     partial: bool = False  # partial rollouts: generate in rounds; unfinished groups carry over to later steps under newer weights (needs algo.max_staleness > 0)
     partial_tokens: int = 64  # new tokens per sample per round of a partial rollout
+    partial_pool: int | None = None  # groups a partial rollout keeps in flight, >= algo.prompts_per_step (null: 1.25x it, rounded up)
 
 
 @dataclass
@@ -453,6 +454,10 @@ def validate(cfg: Config | DictConfig) -> None:
               "algo.max_staleness >= 1 (2 lets a group span a weight update and be trained)")
     if cfg.rollout.partial_tokens < 1:
         _fail("rollout.partial_tokens", cfg.rollout.partial_tokens, "must be >= 1")
+    pool = cfg.rollout.partial_pool
+    if pool is not None and pool < algo.prompts_per_step:
+        _fail("rollout.partial_pool", pool,
+              f"must be >= algo.prompts_per_step={algo.prompts_per_step} (or null: 1.25x it)")
     tiny = cfg.model.tiny
     if tiny.hidden_size % tiny.num_heads:
         _fail("model.tiny.num_heads", tiny.num_heads,

@@ -5,15 +5,18 @@ batch, and with `algo.max_staleness > 0` it also holds up the weight update queu
 the rollout actor. With them (Kimi k1.5's partial rollouts; slime's and APRIL's), generation
 proceeds in rounds of at most `rollout.partial_tokens` new tokens per sample:
 
-1. the pool holds `algo.prompts_per_step` groups in flight. Each round tops it up with newly
-   drawn prompts, starts them and continues the paused samples of the others, all under
-   whatever weights the engines hold at that moment: a weight update lands between two rounds
-   instead of waiting for every generation to end, and each token records the version that
-   sampled it (`Sample.token_versions`) beside its behaviour log-prob, so the learner's
-   importance-sampling correction weighs every token against the policy that drew it;
+1. a step keeps `rollout.partial_pool` groups in flight, more than the
+   `algo.prompts_per_step` it trains (APRIL's over-provisioning): its first round draws new
+   prompts to fill the pool, later rounds only to replace groups dropped for having no reward
+   spread. Each round starts the new prompts and continues the paused samples of the others,
+   all under whatever weights the engines hold at that moment: a weight update lands between
+   two rounds instead of waiting for every generation to end, and each token records the
+   version that sampled it (`Sample.token_versions`) beside its behaviour log-prob, so the
+   learner's importance-sampling correction weighs every token against the policy that drew it;
 2. a group whose G samples have all finished is scored, and the step takes finished groups
    (with `algo.filter_equal_groups` only those with a reward spread) until it has
-   `algo.prompts_per_step`; the long ones stay in the pool and finish in a later step;
+   `algo.prompts_per_step`, oldest first; the slowest stay in the pool and finish in a later
+   step, so the batch no longer waits for its longest completions;
 3. staleness is bounded per token: a batch trained at weight version v may hold no token older
    than v - `algo.max_staleness`. A group whose oldest token sits exactly at that bound must
    finish in this step (the step runs more rounds for it, veRL's "wait" policy, never more than
@@ -76,6 +79,12 @@ class InFlight:
         return None if not self.samples else min(s.weight_version for s in self.samples)
 
 
+def pool_size(cfg: Config) -> int:
+    """Groups in flight: `rollout.partial_pool`, or a quarter more than a batch."""
+    size = cfg.rollout.partial_pool
+    return size if size is not None else math.ceil(1.25 * cfg.algo.prompts_per_step)
+
+
 class PartialRollouts:
     """The pool of groups in flight, kept from one step to the next."""
 
@@ -99,24 +108,14 @@ class PartialRollouts:
         the pool's positions in `in_flight`."""
         cfg, algo = self.cfg, self.cfg.algo
         want, weights = algo.prompts_per_step, normalize_weights(cfg)
+        extra = pool_size(cfg) - want
         limit = cfg.rollout.sampling.max_new_tokens
         max_rounds = (algo.max_topup_rounds + 2) * math.ceil(limit / cfg.rollout.partial_tokens)
         stats = RolloutStats()
-        taken: list[batching.Group] = []
         rounds = restarted = 0
 
-        def take(finished: list[InFlight]) -> int:
-            """Move finished groups into the batch while it has room (with filtering, groups
-            without a reward spread leave the pool instead); returns how many had no spread."""
-            groups = [g.finished for g in finished if g.finished is not None]
-            flat = {id(g) for g in batching.split_informative(groups, weights)[1]}
-            for entry in finished:
-                if algo.filter_equal_groups and id(entry.finished) in flat:
-                    self.pool.remove(entry)
-                elif len(taken) < want and entry.finished is not None:
-                    taken.append(entry.finished)
-                    self.pool.remove(entry)
-            return len(flat)
+        def finished() -> list[InFlight]:
+            return [g for g in self.pool if g.finished is not None]
 
         def at_bound() -> bool:
             """A group in flight could not wait for the next step."""
@@ -128,10 +127,11 @@ class PartialRollouts:
             if oldest is not None and version - oldest > algo.max_staleness:
                 restarted += len(entry.samples or [])
                 entry.samples, entry.finished = None, None
-        take([g for g in self.pool if g.finished is not None])  # finished in an earlier step
-        while (len(taken) < want or at_bound()) and rounds < max_rounds:
+        while (len(finished()) < want or at_bound()) and rounds < max_rounds:
             start = self.order.position
-            room = want - len(self.pool) if len(taken) < want else 0
+            # in flight: what the batch still needs plus the over-provisioned groups
+            ready, unfinished = len(finished()), sum(g.finished is None for g in self.pool)
+            room = max(0, want - ready + extra - unfinished) if ready < want else 0
             self.pool += [InFlight(start + k, i) for k, i in enumerate(self.order.draw(room))]
             fresh = [g for g in self.pool if g.samples is None]
             paused = [(g, k) for g in self.pool if g.samples and g.finished is None
@@ -160,13 +160,21 @@ class PartialRollouts:
                                 for s in g.samples or []) - before
             done = [g for g in self.pool if g.finished is None and g.samples
                     and all(s.finish_reason != "paused" for s in g.samples)]
-            for entry, group in zip(done, score_groups(
-                    self.problems, [(g.position, g.problem_index, g.samples or []) for g in done],
-                    score, stats), strict=True):
+            groups = score_groups(self.problems, [(g.position, g.problem_index, g.samples or [])
+                                                  for g in done], score, stats)
+            flat = {id(g) for g in batching.split_informative(groups, weights)[1]}
+            for entry, group in zip(done, groups, strict=True):
                 entry.finished = group
+                if algo.filter_equal_groups and id(group) in flat:
+                    self.pool.remove(entry)  # no learning signal: replaced next round
             stats.seen += len(done)
-            stats.equal += take(done)
+            stats.equal += len(flat)
             rounds += 1
+        # Oldest first: a group left over waits for a later, newer version.
+        chosen = sorted(finished(), key=lambda g: (g.oldest, g.position))[:want]
+        for entry in chosen:
+            self.pool.remove(entry)
+        taken = [g.finished for g in chosen if g.finished is not None]
         metrics = stats.metrics(judges_code) | {
             "async/partial_rounds": float(rounds),
             "async/in_flight_groups": float(len(self.pool)),

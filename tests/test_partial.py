@@ -8,7 +8,7 @@ from rlrun import batching, step
 from rlrun.config import ConfigError, load_config
 from rlrun.data_order import DataOrder
 from rlrun.engines.base import extended, finish, new_tokens
-from rlrun.partial import PartialRollouts
+from rlrun.partial import InFlight, PartialRollouts
 from rlrun.records import Problem, Sample, ScoredSample
 
 N = 12
@@ -86,8 +86,9 @@ def test_a_long_group_is_carried_over_and_the_step_takes_the_finished_ones() -> 
     trained = {g.scored[0].sample.group_id for g in first.groups}
     assert trained | set(first.in_flight) == drawn and not trained & set(first.in_flight)
     assert first.metrics["async/in_flight_groups"] == len(first.in_flight)
-    # Each round tops the pool up to prompts_per_step groups.
-    assert engine.rounds[0] == (4, 0)
+    # The first round fills the pool: a quarter more groups than the batch takes (5 for 4).
+    assert engine.rounds[0] == (5, 0)
+    assert all(new == 0 for new, _ in engine.rounds[1:])
     assert order[:first.data_position] == [rollouts.order.index_at(p)
                                            for p in range(first.data_position)]
 
@@ -202,3 +203,22 @@ def test_token_lag_metrics_by_hand() -> None:
     metrics = step.step_metrics(step.Batch(groups, [], [], 0), step.Rollout(groups, 0), {},
                                 5, {}, token_lags=2)
     assert metrics["async/token_lag_2"] == 2 / 8
+
+
+def test_when_more_groups_finished_than_the_batch_holds_the_oldest_go_first() -> None:
+    c, engine = cfg(), RoundEngine()
+    rollouts = pool(c)
+
+    def finished(position: int, version: int) -> InFlight:
+        samples = [Sample([1], [0], "", [-1.0], "stop", weight_version=version)] * 3
+        return InFlight(position, position, samples,
+                        batching.Group(position, score(None, samples)))
+
+    # Five finished groups for a batch of four: the version-1 ones would be past the bound
+    # (2) if they waited for version 4.
+    rollouts.pool = [finished(0, 3), finished(1, 1), finished(2, 3), finished(3, 1),
+                     finished(4, 2)]
+    rollouts.order.position = 5
+    rollout = rollouts.collect(engine.advance, score, 3)
+    assert [g.problem_index for g in rollout.groups] == [1, 3, 4, 0]
+    assert rollout.in_flight == [2] and engine.rounds == []
