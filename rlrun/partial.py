@@ -13,15 +13,16 @@ proceeds in rounds of at most `rollout.partial_tokens` new tokens per sample:
    two rounds instead of waiting for every generation to end, and each token records the
    version that sampled it (`Sample.token_versions`) beside its behaviour log-prob, so the
    learner's importance-sampling correction weighs every token against the policy that drew it;
-2. a group whose G samples have all finished is scored, and the step takes finished groups
-   (with `algo.filter_equal_groups` only those with a reward spread) until it has
-   `algo.prompts_per_step`, oldest first; the slowest stay in the pool and finish in a later
-   step, so the batch no longer waits for its longest completions;
+2. a group whose G samples have all finished is scored (with `algo.filter_equal_groups`, one
+   without a reward spread leaves the pool); once `algo.prompts_per_step` groups have
+   finished, the step takes that many, oldest first. The slowest stay in the pool and finish
+   in a later step, so the batch no longer waits for its longest completions;
 3. staleness is bounded per token: a batch trained at weight version v may hold no token older
    than v - `algo.max_staleness`. A group whose oldest token sits exactly at that bound must
    finish in this step (the step runs more rounds for it, veRL's "wait" policy, never more than
    the rounds one completion takes), so no generated token is thrown away; a group already past
-   it (the previous step's round limit ran out first) starts over from its prompt.
+   it (the previous step's round limit ran out first, or more groups reached the bound than a
+   batch holds) starts over from its prompt.
 
 A step runs at most `(algo.max_topup_rounds + 2) * ceil(max_new_tokens / partial_tokens)`
 rounds: the work of the top-up rounds it replaces, and of finishing the groups at the bound.
