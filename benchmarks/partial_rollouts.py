@@ -2,7 +2,7 @@
 
     python benchmarks/partial_rollouts.py [--steps 12] [--repeats 2]
 
-Both sides are the same `rlrun train` run (local Ray on every core, the tiny model, toy math
+Both sides are the same `rlrun train` run (local Ray on every core, the tiny model, toy arithmetic
 problems, 8 prompts x 8 samples per step, `algo.max_staleness=2` so generation overlaps
 training, 384 new tokens at most) except `rollout.partial=true rollout.partial_tokens=64`.
 Generations are long and long-tailed: a completion ends at any of four letters (about one
@@ -29,7 +29,7 @@ from measure import machine
 
 HEADING = "## Rollout: partial rollouts on long generations"
 TASK = [
-    "model.path=tiny", "data.train=toy:math", "data.toy_size=512", "data.val_size=0",
+    "model.path=tiny", "data.train=toy:arithmetic", "data.toy_size=512", "data.val_size=0",
     "algo.group_size=8", "algo.prompts_per_step=8", "algo.max_staleness=2",
     "rollout.sampling.max_new_tokens=384", "rollout.sampling.stop=[q, x, z, j]",
     "rollout.batch_size=64", "learner.micro_batch_size=16", "learner.lr=1e-4",
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     section = (
         f"{HEADING}\n\n`python benchmarks/partial_rollouts.py --steps {args.steps} --repeats "
-        f"{args.repeats}` on {machine()}: the tiny model on toy math, 8 prompts x 8 samples per "
+        f"{args.repeats}` on {machine()}: the tiny model on toy arithmetic, 8 prompts x 8 samples per "
         "step, `algo.max_staleness=2`, at most 384 new tokens, a completion ending at any of "
         "four letters (long-tailed lengths); the two sides alternated, medians over every "
         "step after the first. Step time is the whole step; rollout wait is how long the "

@@ -57,20 +57,28 @@ def mix_by_kind(problems: list[Problem], math_fraction: float, seed: int) -> lis
     want["code"] = len(problems) - want["math"]
     rng = random.Random(seed)
     out: list[Problem] = []
+    if problem := mix_problem(problems, math_fraction):
+        raise ValueError(problem)
     for kind, count in want.items():
         pool = by_kind[kind]
-        if count and not pool:
-            raise ValueError(
-                f"sft.math_fraction={math_fraction} asks for {count} {kind} problems but "
-                f"data.train has none: set sft.math_fraction to {1.0 if kind == 'code' else 0.0} "
-                "or null"
-            )
         while count > 0:
             batch = rng.sample(pool, len(pool))[:count]
             out += batch
             count -= len(batch)
     rng.shuffle(out)
     return out
+
+
+def mix_problem(problems: list[Problem], math_fraction: float) -> str | None:
+    """Why `math_fraction` cannot be mixed from `problems` (a kind it asks for is absent), or
+    None."""
+    math = round(math_fraction * len(problems))
+    for kind, count in (("math", math), ("code", len(problems) - math)):
+        if count and not any(p.kind == kind for p in problems):
+            return (f"sft.math_fraction={math_fraction} asks for {count} {kind} problems but "
+                    f"data.train has none: set sft.math_fraction to "
+                    f"{1.0 if kind == 'code' else 0.0} or null")
+    return None
 
 
 def sft_rows(problems: list[Problem], cfg: Config, tokenizer: Any = None) -> list[dict[str, str]]:

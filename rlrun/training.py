@@ -237,6 +237,11 @@ def _run(cfg: Config, stop: StopSignals, started: float) -> dict[str, Any]:
     reward = build_reward(cfg, None)
     try:
         train, val = load_from_config(cfg)
+        from rlrun.sft import mix_problem
+
+        if cfg.sft.enabled and cfg.sft.math_fraction is not None and (
+                problem := mix_problem(train, cfg.sft.math_fraction)):
+            raise ConfigError(problem)  # before Ray and the model, not inside the warm-start
         model_path = resolve_model_path(cfg.model, model_cache_dir(), cfg.run.seed)
         if is_uri(cfg.run.output_dir) and os.path.isdir(model_path):
             # Actors on other nodes, which share no file system with this one, fetch it there.

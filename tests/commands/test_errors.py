@@ -38,6 +38,8 @@ CASES = {
     "train unwritable output": ["train", "conf/demo.yaml", "run.output_dir=<under a file>"],
     "train plug-in that does not import": ["train", "conf/demo.yaml", "run.output_dir=<dir>",
                                            "reward.fns=[{fn: 'no_such_module:reward'}]"],
+    "train warm-start mix the data lacks": ["train", "conf/demo.yaml", "run.output_dir=<dir>",
+                                            "data.train=toy:arithmetic"],
     "sft missing": ["sft", f"{MISSING}.yaml"],
     "sft malformed": ["sft", "<yaml>"],
     "sft unknown key": ["sft", "sft.stepz=3"],
