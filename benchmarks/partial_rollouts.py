@@ -1,16 +1,34 @@
-"""Step time with and without partial rollouts, on a task with long, long-tailed generations.
+"""Partial rollouts against whole ones on long, long-tailed generations: the time to produce a
+batch, and the time of a training step.
 
-    python benchmarks/partial_rollouts.py [--steps 12] [--repeats 2]
+    python benchmarks/partial_rollouts.py [--batches 12] [--steps 12] [--repeats 2]
 
-Both sides are the same `rlrun train` run (local Ray on every core, the tiny model, toy arithmetic
-problems, 8 prompts x 8 samples per step, `algo.max_staleness=2` so generation overlaps
-training, 384 new tokens at most) except `rollout.partial=true rollout.partial_tokens=64`.
-Generations are long and long-tailed: a completion ends at any of four letters (about one
-token in 65), so lengths are roughly geometric with a mean near 65 and a batch's longest
-completion near the limit, the shape that makes a synchronous batch wait for its slowest
-sample. The two sides take turns `--repeats` times (a shared machine's speed drifts over
-minutes); each run's step time is the median `perf/time_step` of its steps after the first.
-Prints the table and writes it into docs/benchmarks.md under its own heading.
+The task: the tiny model on toy arithmetic, 16 prompts x 4 samples per batch, at most 1024 new
+tokens, and a completion ends at either of two letters, so lengths are long-tailed (roughly
+geometric, a batch's longest several times its mean): the shape that makes a batch wait for
+its slowest samples. Partial rollouts run rounds of 64 tokens with the default pool (a quarter
+more groups than a batch).
+
+1. Batch: the rollout alone, as a generation-bound run (vLLM on a GPU) sees it. One HF engine
+   in this process with every core, fixed weights, `--batches` consecutive batches drawn from
+   the same seeded data order: `rlrun.step.collect` against `rlrun.partial.PartialRollouts`
+   (`advance` is the engine's generate and extend). Seconds per batch, and tokens generated
+   per batch (partial rollouts also generate the groups they carry over).
+2. Step: the whole `rlrun train` run on a local Ray with every core, `algo.max_staleness=2`
+   (generation overlaps training), the same task, `--steps` steps; the step time is the median
+   `perf/time_step` after the first step.
+
+What to expect on a CPU: partial rollouts lose here. A paused sample is continued by
+prefilling its prompt and response again under the current weights, and a CPU prefills a token
+at about the cost of decoding one; a whole rollout's long tail, meanwhile, is cheap, because the
+HF engine drops finished rows and a decode step over a few rows costs little. Partial rollouts
+pay off where the opposite holds: on a GPU, where a decode step costs about the same for a few
+rows as for a full batch (memory-bound) and prefill is many times cheaper per token. That
+comparison is `scripts/gpu_check.py`'s partial-vllm check; on a CPU the learner's step outlasts
+the batch's generation anyway, so the step time is the learner's.
+
+The sides take turns `--repeats` times (a shared machine's speed drifts over minutes). Prints
+the tables and writes them into docs/benchmarks.md under its own heading.
 """
 
 from __future__ import annotations
@@ -22,6 +40,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from docs_section import write_section
@@ -30,38 +49,97 @@ from measure import machine
 HEADING = "## Rollout: partial rollouts on long generations"
 TASK = [
     "model.path=tiny", "data.train=toy:arithmetic", "data.toy_size=512", "data.val_size=0",
-    "algo.group_size=8", "algo.prompts_per_step=8", "algo.max_staleness=2",
-    "rollout.sampling.max_new_tokens=384", "rollout.sampling.stop=[q, x, z, j]",
-    "rollout.batch_size=64", "learner.micro_batch_size=16", "learner.lr=1e-4",
+    "algo.group_size=4", "algo.prompts_per_step=16", "algo.max_staleness=2",
+    "rollout.sampling.max_new_tokens=1024", "rollout.sampling.stop=[q, x]",
+    "rollout.batch_size=128", "learner.micro_batch_size=64", "sft.enabled=false",
+    "reward.audit_before_training=false",
+]
+RUN = [
     "trainer.eval_every=0", "trainer.checkpoint_every=0", "metrics.console=off",
     "metrics.progress=off", "metrics.tensorboard=false", "metrics.report=false",
-    "metrics.sample_problems=0", "reward.audit_before_training=false",
+    "metrics.sample_problems=0",
 ]
 PARTIAL = ["rollout.partial=true", "rollout.partial_tokens=64"]
+WHY = (
+    "Why partial rollouts do not pay on a CPU: a paused sample continues by prefilling its "
+    "prompt and response again under the current weights, and a CPU prefills a token at about "
+    "the cost of decoding one, while a whole rollout's long tail is cheap, because the HF "
+    "engine drops finished rows and a decode step over a few rows costs little. On a GPU both "
+    "turn around: a decode step costs about as much for a few rows as for a full batch "
+    "(memory-bound) and prefill is many times cheaper per token. And a CPU step is the "
+    "learner's: it outlasts the batch's generation, which overlaps it. The GPU comparison is "
+    "`scripts/gpu_check.py`'s partial-vllm check (not run here: no GPU).\n"
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=12, help="batches per rollout run")
     parser.add_argument("--steps", type=int, default=12, help="training steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="runs per side, alternated")
     return parser.parse_args(argv)
 
 
-def run(out: Path, steps: int, partial: bool) -> list[dict[str, float]]:
+def batches(n: int, partial: bool) -> dict[str, float]:
+    """Seconds and generated tokens per batch over `n` batches, with fixed weights."""
+    import torch
+
+    from rlrun import step
+    from rlrun.config import load_config
+    from rlrun.data import load_from_config
+    from rlrun.data.prompts import render_prompt
+    from rlrun.data_order import DataOrder
+    from rlrun.engines import make_engine
+    from rlrun.models import resolve_model_path
+    from rlrun.partial import PartialRollouts
+    from rlrun.rewards import build_reward
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(None, TASK + (PARTIAL if partial else []) + [f"run.output_dir={tmp}"])
+        train, _ = load_from_config(cfg)
+        prompts = [render_prompt(p, cfg.data, None, chat=False) for p in train]
+        engine = make_engine("hf", resolve_model_path(cfg.model, tmp, cfg.run.seed), cfg.rollout,
+                             cfg.model.dtype)
+        reward = build_reward(cfg, None)
+        order = DataOrder(len(train), cfg.run.seed)
+        pool = PartialRollouts(train, prompts, order, cfg)
+
+        def advance(new, sampling, paused, continuing):
+            return engine.generate(new, sampling), engine.extend(paused, continuing)
+
+        try:
+            times, tokens = [], []
+            for _ in range(n):
+                start = time.perf_counter()
+                if partial:
+                    rollout = pool.collect(advance, reward.score, version=0)
+                else:
+                    rollout = step.collect(train, prompts, order, engine.generate, reward.score,
+                                           cfg)
+                times.append(time.perf_counter() - start)
+                tokens.append(rollout.metrics["perf/rollout_tokens_per_s"]
+                              * rollout.metrics["perf/time_generate"])
+        finally:
+            reward.close()
+    return {"batch_s": statistics.median(times), "tokens": statistics.mean(tokens)}
+
+
+def training(out: Path, steps: int, partial: bool) -> list[dict[str, float]]:
     """The step rows of one `rlrun train` run."""
     cores = os.cpu_count() or 1
-    overrides = TASK + [
+    overrides = TASK + RUN + [
         f"run.output_dir={out}", f"run.num_cpus={cores}", f"trainer.steps={steps}",
         # generation and training overlap: each role gets half the cores
         f"rollout.num_cpus={cores / 2}", f"learner.num_cpus={cores / 2}",
     ] + (PARTIAL if partial else [])
     subprocess.run([sys.executable, "-m", "rlrun", "train", *overrides], check=True,
-                   stdout=subprocess.DEVNULL)
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(out / "metrics.jsonl") as f:
         return [r for r in map(json.loads, f) if "perf/time_step" in r]
 
 
-def summary(runs: list[list[dict[str, float]]]) -> dict[str, float]:
+def step_summary(runs: list[list[dict[str, float]]]) -> dict[str, float]:
     """Medians over a side's runs of its steps after the first."""
     rows = [r for rows in runs for r in rows[1:]]
 
@@ -70,43 +148,61 @@ def summary(runs: list[list[dict[str, float]]]) -> dict[str, float]:
 
     return {
         "step_s": median("perf/time_step"),
-        "rollout_s": median("perf/time_rollout"),
-        "len_mean": median("response/len_mean"),
-        "len_max": median("response/len_max"),
-        "lag0": statistics.mean(r.get("async/token_lag_0", 1.0) for r in rows),
-        "rounds": median("async/partial_rounds"),
+        "generate_s": median("perf/time_generate"),
+        "train_s": median("perf/time_train"),
+        # a whole rollout's tokens share their sample's version
+        "staleness": statistics.mean(r.get("async/token_staleness_mean",
+                                           r["async/staleness_mean"]) for r in rows),
+        "reward": statistics.mean(r["reward/mean"] for r in rows),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    sides: dict[bool, list[list[dict[str, float]]]] = {False: [], True: []}
+    names = {False: "whole (`rollout.partial=false`)",
+             True: "partial (`rollout.partial=true`, 64 tokens per round)"}
+    batch: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    steps: dict[bool, list[list[dict[str, float]]]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             for partial in (False, True):
+                batch[partial].append(batches(args.batches, partial))
                 out = Path(tmp, f"{'partial' if partial else 'whole'}-{repeat}")
-                sides[partial].append(run(out, args.steps, partial))
-    whole, part = summary(sides[False]), summary(sides[True])
-    header = ("| rollouts | step time (s) | rollout wait (s) | response length mean / max | "
-              "tokens trained at the current version | rounds per step |\n"
-              "| --- | --- | --- | --- | --- | --- |\n")
-    line = "| {} | {:.2f} | {:.2f} | {:.0f} / {:.0f} | {:.0%} | {} |\n"
-    table = header + line.format(
-        "whole (`rollout.partial=false`)", whole["step_s"], whole["rollout_s"],
-        whole["len_mean"], whole["len_max"], whole["lag0"], "-",
-    ) + line.format(
-        "partial (`rollout.partial=true`, 64 tokens per round)", part["step_s"],
-        part["rollout_s"], part["len_mean"], part["len_max"], part["lag0"],
-        f"{part['rounds']:.0f}",
+                steps[partial].append(training(out, args.steps, partial))
+
+    def mean(side: bool, key: str) -> float:
+        return statistics.mean(b[key] for b in batch[side])
+
+    batch_table = (
+        "| rollouts | seconds per batch | tokens generated per batch |\n| --- | --- | --- |\n"
+        + "".join(f"| {names[s]} | {mean(s, 'batch_s'):.2f} | {mean(s, 'tokens'):,.0f} |\n"
+                  for s in (False, True))
     )
+    summary = {s: step_summary(steps[s]) for s in (False, True)}
+    step_table = (
+        "| rollouts | step time (s) | generation (s) | learner (s) | mean token staleness "
+        "(versions) | reward |\n| --- | --- | --- | --- | --- | --- |\n"
+        + "".join(
+            f"| {names[s]} | {m['step_s']:.2f} | {m['generate_s']:.2f} | {m['train_s']:.2f} | "
+            f"{m['staleness']:.2f} | {m['reward']:.3f} |\n"
+            for s, m in summary.items())
+    )
+    ratio = mean(False, "batch_s") / mean(True, "batch_s")
     section = (
-        f"{HEADING}\n\n`python benchmarks/partial_rollouts.py --steps {args.steps} --repeats "
-        f"{args.repeats}` on {machine()}: the tiny model on toy arithmetic, 8 prompts x 8 samples per "
-        "step, `algo.max_staleness=2`, at most 384 new tokens, a completion ending at any of "
-        "four letters (long-tailed lengths); the two sides alternated, medians over every "
-        "step after the first. Step time is the whole step; rollout wait is how long the "
-        f"step waited for its batch.\n\n{table}\n"
-        f"Partial rollouts: {whole['step_s'] / part['step_s']:.2f}x shorter steps.\n"
+        f"{HEADING}\n\n`python benchmarks/partial_rollouts.py --batches {args.batches} --steps "
+        f"{args.steps} --repeats {args.repeats}` on {machine()}: the tiny model on toy "
+        "arithmetic, 16 prompts x 4 samples per batch, at most 1024 new tokens, a completion "
+        "ending at either of two letters (long-tailed lengths); partial rollouts in rounds of "
+        "64 tokens with the default pool (20 groups in flight); the sides alternated "
+        f"{args.repeats} times.\n\nBatch: one HF engine in the benchmark's process with every "
+        f"core and fixed weights, {args.batches} consecutive batches, median seconds per batch "
+        "(mean over repeats); what a generation-bound run waits for each step.\n\n"
+        f"{batch_table}\nTime per batch, whole over partial: {ratio:.2f} (above 1: partial "
+        "rollouts are faster).\n\nStep: "
+        f"`rlrun train` on a local Ray, `algo.max_staleness=2` (generation overlaps training), "
+        f"{args.steps} steps, medians over the steps after the first. Generation is the "
+        "rollout actor's time for the batch, learner the learner's step.\n\n"
+        f"{step_table}\n{WHY}"
     )
     print(section)
     write_section(HEADING, section)

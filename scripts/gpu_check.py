@@ -11,10 +11,11 @@ too few GPUs, vLLM missing), and the script exits non-zero if any check failed. 
   `weights.backend=collective`: a round trip through vLLM's native NCCL weight transfer changes
   the engine's outputs, and the engine's log-probs then match the learner's within the contract
   tolerance; the sync's time and GB/s;
-- partial-vllm (2 GPUs): partial rollouts on vLLM with a learner on the other GPU
-  (`rollout.partial=true`, 16 tokens per round, `algo.max_staleness=2`): paused samples are
-  resubmitted and continue under the weights of later syncs, and the tokens' version lags are
-  reported;
+- partial-vllm (2 GPUs): partial rollouts on vLLM with a learner on the other GPU, against
+  whole rollouts, on long-tailed generations (`algo.max_staleness=2`, 64 tokens per round):
+  paused samples are resubmitted and continue under the weights of later syncs; the step and
+  generation times of both sides (the measurement benchmarks/partial_rollouts.py cannot make
+  on a CPU) and the share of tokens from older versions;
 - tp2 (2 GPUs for the engine, 3 with a learner GPU): vLLM at tensor_parallel_size=2 on two
   {GPU: 1} bundles starts, generates, and takes a weight update;
 - colocated-ipc (1 GPU): learner and vLLM share the GPU, vLLM sleeps while the learner
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,15 +106,27 @@ def check_nccl_sync() -> str:
 
 
 def check_partial_vllm() -> str:
-    with tempfile.TemporaryDirectory() as tmp:
-        run = train(Path(tmp), "rollout.engine=vllm", "rollout.num_gpus=1", "learner.num_gpus=1",
-                    "weights.backend=collective", "algo.max_staleness=2",
-                    "rollout.partial=true", "rollout.partial_tokens=16", steps=4)
-    rows = run["rows"]
-    older = sum(r["async/token_lag_1"] + r["async/token_lag_2"] for r in rows[1:]) / (
-        len(rows) - 1)
-    return (f"{len(rows)} steps; {max(r['async/partial_rounds'] for r in rows):.0f} rounds at "
-            f"most; {older:.0%} of tokens after step 0 from an older version")
+    long_tail = ["rollout.engine=vllm", "rollout.num_gpus=1", "learner.num_gpus=1",
+                 "weights.backend=collective", "algo.max_staleness=2",
+                 "rollout.sampling.max_new_tokens=1024", "rollout.sampling.stop=[q, x]"]
+    runs = {}
+    for name, extra in (("whole", []), ("partial", ["rollout.partial=true",
+                                                    "rollout.partial_tokens=64"])):
+        with tempfile.TemporaryDirectory() as tmp:
+            runs[name] = train(Path(tmp), *long_tail, *extra, steps=6)["rows"][1:]
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[name])
+
+    older = statistics.mean(r["async/token_lag_1"] + r["async/token_lag_2"]
+                            for r in runs["partial"])
+    return (f"long-tailed generations (1024 tokens at most), median step after the first: "
+            f"whole {median('whole', 'perf/time_step'):.2f}s (generation "
+            f"{median('whole', 'perf/time_generate'):.2f}s), partial "
+            f"{median('partial', 'perf/time_step'):.2f}s (generation "
+            f"{median('partial', 'perf/time_generate'):.2f}s, "
+            f"{median('partial', 'async/partial_rounds'):.0f} rounds); {older:.0%} of partial "
+            "tokens from an older version")
 
 
 def check_tp2() -> str:
