@@ -144,7 +144,6 @@ class PartialRollouts:
                 round_tokens=cfg.rollout.partial_tokens,
             )
             t0 = time.perf_counter()
-            before = sum(len(s.response_ids) for g in self.pool for s in g.samples or [])
             started, continued = advance(
                 [self.prompts[g.problem_index] for g in fresh], base,
                 [g.samples[k] for g, k in paused if g.samples],
@@ -153,12 +152,12 @@ class PartialRollouts:
             )
             for entry, samples in zip(fresh, started, strict=True):
                 entry.samples = samples
+            stats.t_generate += time.perf_counter() - t0
+            stats.tokens += sum(len(s.response_ids) for samples in started for s in samples)
             for (entry, k), sample in zip(paused, continued, strict=True):
                 assert entry.samples is not None
+                stats.tokens += len(sample.response_ids) - len(entry.samples[k].response_ids)
                 entry.samples[k] = sample
-            stats.t_generate += time.perf_counter() - t0
-            stats.tokens += sum(len(s.response_ids) for g in self.pool
-                                for s in g.samples or []) - before
             done = [g for g in self.pool if g.finished is None and g.samples
                     and all(s.finish_reason != "paused" for s in g.samples)]
             groups = score_groups(self.problems, [(g.position, g.problem_index, g.samples or [])

@@ -50,6 +50,8 @@ def mix_by_kind(problems: list[Problem], math_fraction: float, seed: int) -> lis
     the easy one saturating first. Each kind is walked through in a seeded shuffled order,
     reshuffled when used up, so every problem is seen before any is repeated.
     """
+    if problem := mix_problem(problems, math_fraction):
+        raise ValueError(problem)
     by_kind: dict[str, list[Problem]] = {"math": [], "code": []}
     for p in problems:
         by_kind[p.kind].append(p)
@@ -57,8 +59,6 @@ def mix_by_kind(problems: list[Problem], math_fraction: float, seed: int) -> lis
     want["code"] = len(problems) - want["math"]
     rng = random.Random(seed)
     out: list[Problem] = []
-    if problem := mix_problem(problems, math_fraction):
-        raise ValueError(problem)
     for kind, count in want.items():
         pool = by_kind[kind]
         while count > 0:

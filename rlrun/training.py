@@ -224,6 +224,7 @@ def _run(cfg: Config, stop: StopSignals, started: float) -> dict[str, Any]:
     from rlrun.data import load_from_config
     from rlrun.models import model_cache_dir, resolve_model_path, share_model
     from rlrun.rewards import build_reward
+    from rlrun.sft import mix_problem
 
     # 1. fail early on what needs no cluster.
     if has_checkpoints(cfg.run.output_dir) and not cfg.run.resume:
@@ -237,8 +238,6 @@ def _run(cfg: Config, stop: StopSignals, started: float) -> dict[str, Any]:
     reward = build_reward(cfg, None)
     try:
         train, val = load_from_config(cfg)
-        from rlrun.sft import mix_problem
-
         if cfg.sft.enabled and cfg.sft.math_fraction is not None and (
                 problem := mix_problem(train, cfg.sft.math_fraction)):
             raise ConfigError(problem)  # before Ray and the model, not inside the warm-start

@@ -257,17 +257,14 @@ class VLLMEngine:
         out = []
         for sample, request in zip(samples, outputs, strict=True):
             new = self._completion(sample.prompt_ids + sample.response_ids, request.outputs[0],
-                                   version, sampling)
-            tokens = sample.response_ids + new.response_ids
-            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            reason = new.finish_reason
-            if reason == "stop":
+                                   version, sampling, done=len(sample.response_ids))
+            text = self.tokenizer.decode(sample.response_ids + new.response_ids,
+                                         skip_special_tokens=True)
+            if new.finish_reason == "stop":
                 at = first_stop(text, sampling.stop, sampling.include_stop_str)
                 text = text if at is None else text[:at]
-            else:
-                reason = finish(sampling, len(tokens))
             out.append(extended(sample, new.response_ids, new.behaviour_logprobs, text,
-                                reason, version))
+                                new.finish_reason, version))
         return out
 
     def _generate(self, contexts: list[list[int]], params: list[Any],
@@ -311,8 +308,9 @@ class VLLMEngine:
         )
 
     @staticmethod
-    def _completion(prompt_ids: list[int], out: Any, version: int,
-                    sampling: SamplingParams) -> Sample:
+    def _completion(prompt_ids: list[int], out: Any, version: int, sampling: SamplingParams,
+                    done: int = 0) -> Sample:
+        """One vLLM completion as a Sample; `done`: tokens the response had before it."""
         if out.finish_reason not in ("stop", "length"):
             raise RuntimeError(f"vLLM ended a completion with finish_reason={out.finish_reason!r}")
         token_ids = list(out.token_ids)
@@ -324,6 +322,6 @@ class VLLMEngine:
             behaviour_logprobs=logprobs,
             # vLLM's "length" is this call's max_tokens, which a partial rollout's round sets
             finish_reason="stop" if out.finish_reason == "stop" else finish(
-                sampling, len(token_ids)),
+                sampling, done + len(token_ids)),
             weight_version=version,
         )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -21,7 +20,7 @@ import torch
 from rlrun.config import RolloutConfig
 from rlrun.engines import SamplingParams, WeightsMismatchError, make_engine
 from rlrun.models import load_causal_lm, load_tokenizer
-from tests.engines.test_vllm_api import STAND_INS, TIMEOUT_ENV
+from tests.engines.test_vllm_api import STAND_INS, TIMEOUT_ENV, _drop_vllm_modules
 
 PROMPTS = [
     "Q: 2+3=?\nA:",
@@ -74,19 +73,14 @@ def engine(request: pytest.FixtureRequest, tiny_path: str):
 def stand_in_vllm() -> Iterator[None]:
     """`import vllm` finds the stand-in while the engine is built; the engine keeps the
     modules it imported, the rest of the suite does not see them."""
-
-    def drop() -> None:
-        for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
-            del sys.modules[name]
-
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(STAND_INS))
         mp.setenv(TIMEOUT_ENV, "20")
-        drop()
+        _drop_vllm_modules()
         try:
             yield
         finally:
-            drop()
+            _drop_vllm_modules()
 
 
 @pytest.fixture(scope="module")
