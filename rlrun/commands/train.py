@@ -58,10 +58,10 @@ def train(cfg: Config) -> int:
     try:
         run_training(cfg)
     except Interrupted as err:
-        print(f"rlrun train: {err}", file=sys.stderr)
+        _last_line(str(err))
         return 128 + int(getattr(signal, err.signal_name))
     except (ClusterError, InputError, RewardError) as err:
-        print(f"rlrun train: {err}", file=sys.stderr)
+        _last_line(str(err))
         return 2
     except (RayError, RuntimeError) as err:
         # A fault inside an actor, or one the driver gave up on: its own first line here (not
@@ -72,7 +72,20 @@ def train(cfg: Config) -> int:
             with open(log, "a", encoding="utf-8") as f:
                 traceback.print_exception(err, file=f)
             where = f" (traceback in {log})"
-        print(f"rlrun train: {first_line(err)}{where}", file=sys.stderr)
+        _last_line(f"{first_line(err)}{where}")
         cause = getattr(err, "cause", None)
         return 2 if isinstance(cause, ClusterError | InputError | RewardError) else 1
     return 0
+
+
+def _last_line(message: str) -> None:
+    """`message` as the run's last line. Ray streams the actors' output to this process from a
+    thread of its own, writing a line and its newline separately: printed while Ray is still
+    connected, the message can land inside an actor's line (a checkpoint's progress bar, say),
+    so Ray is disconnected first, which stops that thread once it has printed what it holds."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    sys.stdout.flush()
+    print(f"rlrun train: {message}", file=sys.stderr, flush=True)
