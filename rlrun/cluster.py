@@ -223,7 +223,10 @@ def resolve_address(address: str, temp_dir: str | None = None) -> str:
 
 
 def check_address(address: str, timeout_s: float = 5.0) -> None:
-    """Raise ClusterError unless something accepts TCP connections at a `host:port` address.
+    """Raise ClusterError unless a gRPC server (a Ray GCS or Ray Client server) answers at a
+    `host:port` address within `timeout_s`. Accepting TCP is not enough: `ray.init` against a
+    port that accepts connections but never speaks gRPC (another service, a wedged head)
+    retries for over ten minutes.
 
     "local" is left to `ray.init`; resolve "auto" with `resolve_address` first.
     """
@@ -245,6 +248,21 @@ def check_address(address: str, timeout_s: float = 5.0) -> None:
             f"{timeout_s:g}s ({err}): start the cluster, fix the address, or set "
             "run.ray_address=null for a local Ray"
         ) from None
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        return  # a TLS handshake needs the cluster's certificates: left to ray.init
+    import grpc
+
+    channel = grpc.insecure_channel(f"{host}:{port}")
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout_s)
+    except grpc.FutureTimeoutError:
+        raise ClusterError(
+            f"Ray address {address!r} (run.ray_address or $RAY_ADDRESS) accepts connections "
+            f"but does not answer as a Ray cluster within {timeout_s:g}s: give the head's GCS "
+            "port (6379 unless `ray start --port` changed it) or ray://host:10001"
+        ) from None
+    finally:
+        channel.close()
 
 
 def check_job_output_dir(output_dir: str, env: Mapping[str, str]) -> None:

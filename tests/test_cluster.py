@@ -58,6 +58,16 @@ def test_an_address_nobody_listens_on_fails_naming_the_key():
         check_address(f"127.0.0.1:{_closed_port()}", timeout_s=2.0)
 
 
+def test_an_address_that_accepts_but_never_speaks_fails_instead_of_waiting_in_ray_init():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with pytest.raises(ClusterError, match=r"accepts connections but does not answer as a "
+                                               r"Ray cluster within 1s"):
+            check_address(f"127.0.0.1:{port}", timeout_s=1.0)
+
+
 def test_a_malformed_address_is_named():
     with pytest.raises(ClusterError, match="not host:port"):
         check_address("nonsense")
