@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from rlrun.errors import InputError
+from rlrun.errors import InputError, print_last_line
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("rlrun.commands.train", "run GRPO training (no arguments: the CPU demo)"),
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(module.main(args) or 0)
     except (InputError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
             PermissionError) as err:
-        print(f"rlrun {name}: {err}", file=sys.stderr)
+        print_last_line(name, str(err))
         return 2
 
 

@@ -4,6 +4,8 @@ it imports nothing heavy, so `rlrun.cli` can catch it before torch or Ray load."
 
 from __future__ import annotations
 
+import sys
+
 
 class InputError(ValueError):
     """Input (config, data, model, paths) a command cannot use; the message is one line."""
@@ -13,3 +15,16 @@ def first_line(err: BaseException) -> str:
     """The first line of an error's message (a library's may run to pages), else its type."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def print_last_line(command: str, message: str) -> None:
+    """`rlrun COMMAND: message` on stderr, as the command's last line. A command connected to
+    Ray is disconnected first: Ray streams the actors' output to this process from a thread of
+    its own, writing a line and its newline separately, so a line printed while it runs can
+    land inside an actor's line (a checkpoint's progress bar, say); disconnecting stops that
+    thread once it has printed what it holds. Ray is not imported here where it was not."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+    sys.stdout.flush()
+    print(f"rlrun {command}: {message}", file=sys.stderr, flush=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 import traceback
 from pathlib import Path
 
@@ -51,17 +50,17 @@ def train(cfg: Config) -> int:
 
     from actors.pool import first_line
     from rlrun.cluster import ClusterError
-    from rlrun.errors import InputError
+    from rlrun.errors import InputError, print_last_line
     from rlrun.rewards import RewardError
     from rlrun.training import run_dir_for, run_training
 
     try:
         run_training(cfg)
     except Interrupted as err:
-        _last_line(str(err))
+        print_last_line("train", str(err))
         return 128 + int(getattr(signal, err.signal_name))
     except (ClusterError, InputError, RewardError) as err:
-        _last_line(str(err))
+        print_last_line("train", str(err))
         return 2
     except (RayError, RuntimeError) as err:
         # A fault inside an actor, or one the driver gave up on: its own first line here (not
@@ -72,20 +71,8 @@ def train(cfg: Config) -> int:
             with open(log, "a", encoding="utf-8") as f:
                 traceback.print_exception(err, file=f)
             where = f" (traceback in {log})"
-        _last_line(f"{first_line(err)}{where}")
+        print_last_line("train", f"{first_line(err)}{where}")
         cause = getattr(err, "cause", None)
         return 2 if isinstance(cause, ClusterError | InputError | RewardError) else 1
     return 0
 
-
-def _last_line(message: str) -> None:
-    """`message` as the run's last line. Ray streams the actors' output to this process from a
-    thread of its own, writing a line and its newline separately: printed while Ray is still
-    connected, the message can land inside an actor's line (a checkpoint's progress bar, say),
-    so Ray is disconnected first, which stops that thread once it has printed what it holds."""
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
-    sys.stdout.flush()
-    print(f"rlrun train: {message}", file=sys.stderr, flush=True)
