@@ -369,11 +369,14 @@ def grpo_loss(
             "pass it or set algo.entropy_coef=0"
         )
 
-    # 6. Clipping statistics, counted as TRL does (the clip was active and bound the gradient).
+    # 6. Clipping statistics, counted as TRL does (the clip was active and bound the gradient):
+    # on the ratio after the dual-clip cap, so with dual_clip below 1 + clip_high the cap, not
+    # the clip, binds and no token counts as clipped high.
     with torch.no_grad():
         if cfg.policy_loss == "clip":
-            low = ((ratio < 1 - cfg.clip_low) & (adv < 0)).to(mask.dtype)  # [N, R]
-            high = ((ratio > 1 + cfg.clip_high) & (adv > 0)).to(mask.dtype)  # [N, R]
+            capped = ratio if cfg.dual_clip is None else torch.clamp(ratio, max=cfg.dual_clip)
+            low = ((capped < 1 - cfg.clip_low) & (adv < 0)).to(mask.dtype)  # [N, R]
+            high = ((capped > 1 + cfg.clip_high) & (adv > 0)).to(mask.dtype)  # [N, R]
             stats["loss/clip_frac"] = _ratio_share(torch.maximum(low, high), mask, norm, cfg)
             stats["loss/clip_frac_low"] = _ratio_share(low, mask, norm, cfg)
             stats["loss/clip_frac_high"] = _ratio_share(high, mask, norm, cfg)

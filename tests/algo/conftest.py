@@ -66,9 +66,12 @@ def trl_compute_loss():
         top_entropy_quantile: float = 1.0,
         off_policy_mask_threshold: float | None = None,
         sampling_logprobs: torch.Tensor | None = None,
+        metrics: dict | None = None,
         **loss_args: float,
     ) -> torch.Tensor:
-        """`loss_args`: GRPOConfig fields of the newer loss types (sapo_temperature_pos, ...)."""
+        """`loss_args`: GRPOConfig fields of the newer loss types (sapo_temperature_pos, ...).
+        `metrics`, when given, receives what TRL logs of this call: {name: [value]} of the
+        "train" mode (clip_ratio/high_mean, ...)."""
         n, length = logprobs.shape
         trainer = SimpleNamespace(
             _get_per_token_logps_and_entropies=lambda *a, **k: (
@@ -118,7 +121,10 @@ def trl_compute_loss():
             inputs["importance_sampling_ratio"] = importance_sampling_ratio
         if sampling_logprobs is not None:
             inputs["sampling_per_token_logps"] = sampling_logprobs
-        return GRPOTrainer._compute_loss(trainer, None, inputs)
+        loss = GRPOTrainer._compute_loss(trainer, None, inputs)
+        if metrics is not None:
+            metrics.update(trainer._metrics["train"])
+        return loss
 
     return run
 

@@ -180,3 +180,37 @@ def test_mask_truncated_matches_trl(
     torch.testing.assert_close(ours_lp.grad, theirs_lp.grad, atol=1e-5, rtol=1e-5)
     assert ours_lp.grad[truncated[order]].abs().sum() == 0  # no gradient through a cut one
     assert ours_lp.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("delta", [None, 1.25, 1.4])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_clip_fractions_match_trl(level: str, delta: float | None, trl_compute_loss) -> None:
+    """loss/clip_frac_low, loss/clip_frac_high and loss/clip_frac are TRL's clip_ratio/low_mean,
+    high_mean and region_mean: counted on the ratio after the dual-clip cap (TRL's `delta`), so
+    with delta 1.25, below 1 + epsilon_high = 1.28, TRL counts no token as clipped high even
+    where the raw ratio is above 1.28."""
+    logprobs, old, _, _, _, mask, adv = _random_batch(32, 7, seed=3)
+    if level == "sequence":  # a sequence's ratio averages its tokens': spread them wider
+        logprobs = old + 3 * (logprobs - old)
+    theirs_metrics: dict[str, list[float]] = {}
+    theirs = trl_compute_loss(
+        logprobs=logprobs, old_logprobs=old, advantages=adv, mask=mask, loss_type="grpo",
+        epsilon=0.2, epsilon_high=0.28, delta=delta, max_completion_length=MAX_LEN,
+        importance_sampling_level=level, metrics=theirs_metrics,
+    )
+    cfg = replace(AlgoConfig(**_rlrun_settings("grpo")), ratio_level=level, clip_low=0.2,
+                  clip_high=0.28, dual_clip=delta, is_correction="none")
+    ours, metrics = grpo_loss(logprobs, old, adv, mask, cfg, LossNorm.from_mask(mask, MAX_LEN))
+
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    for name, trl_name in [("loss/clip_frac_low", "clip_ratio/low_mean"),
+                           ("loss/clip_frac_high", "clip_ratio/high_mean"),
+                           ("loss/clip_frac", "clip_ratio/region_mean")]:
+        assert metrics[name] == pytest.approx(theirs_metrics[trl_name][0], abs=1e-6), name
+    # The batch has raw ratios above 1 + epsilon_high with A > 0 at either level, so counting
+    # on the raw ratio would log clipped-high tokens that TRL (with delta 1.25) does not.
+    log_ratio = (logprobs - old) * mask
+    raw = log_ratio.sum(-1) / mask.sum(-1) if level == "sequence" else log_ratio
+    raw_high = (raw.exp() > 1.28) & (adv.unsqueeze(-1) > 0 if level == "token" else adv > 0)
+    assert raw_high.any()
+    assert (theirs_metrics["clip_ratio/high_mean"][0] == 0) == (delta == 1.25)
