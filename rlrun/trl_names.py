@@ -21,6 +21,8 @@ class TrlName:
     rlrun: str  # an rlrun key, or key=value settings separated by spaces; "" when rlrun has none
     value: str | None = None  # a value of `trl` with settings of its own (None: any value)
     note: str = ""  # what differs, or what to do when rlrun has no equivalent
+    # False: the rlrun key does not take the TRL value as it is (`note` says how to get it)
+    same_value: bool = True
 
 
 TRL_NAMES: tuple[TrlName, ...] = (
@@ -62,7 +64,15 @@ TRL_NAMES: tuple[TrlName, ...] = (
     TrlName("multi_objective_aggregation", "reward.aggregation"),
     TrlName("multi_objective_aggregation", "reward.aggregation=sum", "sum_then_normalize"),
     TrlName("num_iterations", "algo.epochs"),
-    TrlName("steps_per_generation", "algo.mini_batches"),
+    # A pass over TRL's generation batch is steps_per_generation micro-batches, with an optimizer
+    # step every gradient_accumulation_steps of them: the quotient is algo.mini_batches.
+    TrlName("steps_per_generation", "algo.mini_batches",
+            note="= steps_per_generation / gradient_accumulation_steps: TRL's optimizer steps "
+            "per pass over a generation batch", same_value=False),
+    TrlName("gradient_accumulation_steps", "",
+            note="rlrun accumulates over the micro-batches (learner.micro_batch_size) of each "
+            "optimizer step; algo.mini_batches = steps_per_generation / "
+            "gradient_accumulation_steps"),
     TrlName("vllm_importance_sampling_correction",
             "algo.is_correction=sequence algo.is_mode=mask algo.is_cap=3.0", "True",
             "TRL's default vllm_importance_sampling_mode and clip_max"),
@@ -105,7 +115,7 @@ def _advice(row: TrlName, value: Any) -> str:
         return row.note
     # A single bare key takes the user's value; settings (key=value, or several keys) are
     # written as they stand.
-    bare = "=" not in row.rlrun and " " not in row.rlrun
+    bare = "=" not in row.rlrun and " " not in row.rlrun and row.same_value
     setting = f"{row.rlrun}={value}" if bare and value is not None else row.rlrun
     note = f" ({row.note})" if row.note else ""
     return f"in rlrun write {setting}{note}"

@@ -74,6 +74,56 @@ def test_a_trl_key_names_the_rlrun_key(override: str, names: list[str]) -> None:
         assert name in message, (name, message)
 
 
+def test_steps_per_generation_is_mini_batches_times_accumulation() -> None:
+    # TRL steps the optimizer once per gradient_accumulation_steps of its steps_per_generation
+    # micro-batches, so its value is algo.mini_batches only when accumulation is 1: the hint
+    # gives the quotient, not the value as it is.
+    message = _error(["algo.steps_per_generation=8"])
+    assert "algo.mini_batches=8" not in message, message
+    assert "algo.mini_batches (= steps_per_generation / gradient_accumulation_steps" in message
+    message = _error(["algo.gradient_accumulation_steps=4"])
+    assert "TRL's gradient_accumulation_steps" in message
+    assert "algo.mini_batches = steps_per_generation / gradient_accumulation_steps" in message
+    [line] = [line for line in mapping_lines() if line.startswith("steps_per_generation ")]
+    assert "steps_per_generation / gradient_accumulation_steps" in line
+
+
+@pytest.mark.slow
+def test_trl_takes_steps_per_generation_over_accumulation_optimizer_steps(tmp_path) -> None:
+    """The quotient the table gives is what TRL does: one pass over a generation batch of
+    steps_per_generation micro-batches takes steps_per_generation / gradient_accumulation_steps
+    optimizer steps (TRL's max_steps counts optimizer steps)."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlrun.models import load_causal_lm, load_tokenizer, resolve_model_path
+
+    path = resolve_model_path(load_config(None, []).model, str(tmp_path / "models"), seed=0)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "trl"), num_generations=2, per_device_train_batch_size=2,
+        gradient_accumulation_steps=2, steps_per_generation=4, max_steps=2,
+        max_completion_length=2, use_cpu=True, bf16=False, report_to=[], logging_steps=1,
+        save_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+        log_completions=False, shuffle_dataset=False,
+    )
+    generations = []
+
+    class Counting(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            generations.append(len(inputs))
+            return super()._generate_and_score_completions(inputs)
+
+    trainer = Counting(
+        model=load_causal_lm(path), reward_funcs=lambda completions, **_: [0.0] * len(completions),
+        args=args, train_dataset=Dataset.from_list([{"prompt": f"{i}+1="} for i in range(8)]),
+        processing_class=load_tokenizer(path),
+    )
+    trainer.train()
+    # 2 optimizer steps = 4 micro-batches = one generation batch: algo.mini_batches = 4 / 2
+    assert trainer.state.global_step == 2
+    assert generations == [args.per_device_train_batch_size * args.steps_per_generation]
+
+
 @pytest.mark.parametrize(
     ("override", "setting"),
     [
