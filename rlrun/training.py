@@ -84,7 +84,8 @@ def init_ray(cfg: Config) -> None:
     else:
         # The dashboard serves the State API that Ray Train's placement-group cleaner polls;
         # without it the log fills with "Failed to query Ray Train Controller actor state".
-        ray.init(num_cpus=cfg.run.num_cpus, namespace=cfg.run.namespace)
+        # "local": always a Ray of its own, never the cluster /tmp/ray/ray_current_cluster names.
+        ray.init(address="local", num_cpus=cfg.run.num_cpus, namespace=cfg.run.namespace)
 
 
 def check_memory(cfg: Config) -> None:

@@ -101,6 +101,33 @@ def test_an_explicit_address_is_left_as_given():
     assert resolve_address("10.0.0.5:6379") == "10.0.0.5:6379"
 
 
+@pytest.mark.parametrize(("overrides", "env", "address"), [
+    ([], None, "local"),
+    (["run.ray_address=10.0.0.5:6379"], None, "10.0.0.5:6379"),
+    ([], "10.0.0.6:6379", "10.0.0.6:6379"),
+])
+def test_init_ray_starts_a_ray_of_its_own_unless_given_an_address(monkeypatch, overrides, env,
+                                                                  address):
+    # Without address="local", ray.init joins the cluster /tmp/ray/ray_current_cluster names
+    # (running, or dead and never cleaned up) and refuses the num_cpus of a local run.
+    import ray
+
+    from rlrun import training
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: calls.append((args, kwargs)))
+    monkeypatch.setattr(training, "check_address", lambda address: None)
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    training.init_ray(load_config(None, [*overrides, "run.num_cpus=2", "run.namespace=ns"]))
+    [(args, kwargs)] = calls
+    assert not args and kwargs["address"] == address and kwargs["namespace"] == "ns"
+    assert kwargs.get("num_cpus") == (2 if address == "local" else None)
+
+
 def test_a_pinned_group_asks_every_bundle_for_its_node_group():
     cfg = load_config(None, ["sandbox.node_group=cpu-judges", "sandbox.num_actors=2"])
     by_role = {d.role: d for d in demands(cfg, needs_sandbox=True)}

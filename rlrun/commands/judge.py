@@ -226,7 +226,9 @@ def _judge_all(subs: list[Submission], cfg: SandboxConfig, args: argparse.Namesp
     from actors.sandbox import SandboxPool
 
     if not ray.is_initialized():
-        ray.init(address=args.address, log_to_driver=False)
+        # "local" unless given an address: never the cluster /tmp/ray names (dead or not ours).
+        ray.init(address=args.address or os.environ.get("RAY_ADDRESS") or "local",
+                 log_to_driver=False)
     with SandboxPool(cfg, prefix=f"judge-{os.getpid()}") as pool:
         return pool.wait(pool.submit(subs), progress=bar.update)
 

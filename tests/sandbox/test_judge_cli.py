@@ -92,6 +92,36 @@ def test_bad_flags_and_missing_input_fail_with_exit_2(tmp_path, capsys):
     assert "--workers" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("flags", "env", "address"), [
+    ([], None, "local"),
+    (["--address", "10.0.0.5:6379"], "10.0.0.6:6379", "10.0.0.5:6379"),
+    ([], "10.0.0.6:6379", "10.0.0.6:6379"),
+])
+def test_actors_start_a_ray_of_their_own_unless_given_an_address(tmp_path, monkeypatch, flags,
+                                                                 env, address):
+    # Without address="local", ray.init joins whatever cluster /tmp/ray/ray_current_cluster
+    # names: another user's, or a dead one left behind.
+    import ray
+
+    class Started(Exception):
+        pass
+
+    def init(*args, **kwargs):
+        raise Started(kwargs.get("address"))
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    src = tmp_path / "in.jsonl"
+    _write(src, LINES[:1])
+    with pytest.raises(Started) as started:
+        main(["judge", str(src), "--out", str(tmp_path / "out.jsonl"), "--actors", "1", *flags])
+    assert started.value.args == (address,)
+
+
 @pytest.mark.slow
 def test_ray_pool_gives_the_same_records_as_the_local_judge(tmp_path):
     import ray
