@@ -251,7 +251,8 @@ def sampling_generate(
     seed: int | None,
 ) -> GenerateFn:
     """A `generate` callable over an engine-style `generate(prompts, SamplingParams)` (an
-    `Engine`, a `RolloutPool`): sampled completions use `sampling`, greedy ones temperature 0."""
+    `Engine`, a `RolloutGroup`): sampled completions use `sampling` and `seed`, greedy ones the
+    same with temperature 0 and top-p/top-k off."""
     from rlrun.engines import SamplingParams
 
     def generate(prompts: list[str], n: int, greedy: bool) -> list[list[Any]]:

@@ -1,9 +1,9 @@
 """One GRPO learner step on one rank, in plain torch: log-probs, loss, optimizer updates.
 
-`train_on_shard` is what a Ray Train worker runs each step; it needs no Ray, so a test can
-drive it directly. Log-probs are `log_softmax(logits / temperature)` over the full vocabulary
-at the sampled tokens, exactly as the rollout engines record them, so on-policy importance
-weights start at 1 up to numerics.
+`train_on_shard` is what a learner rank (`actors.learner.LearnerWorker`, a plain Ray actor)
+runs each step; it needs no Ray, so a test can drive it directly. Log-probs are
+`log_softmax(logits / temperature)` over the full vocabulary at the sampled tokens, exactly as
+the rollout engines record them, so on-policy importance weights start at 1 up to numerics.
 
 Notation used for tensor shapes: N sequences, T prompt+response positions, L response positions,
 V vocabulary.
