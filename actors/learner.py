@@ -139,7 +139,7 @@ class LearnerWorker:
         """Rank 0 (`info` given) hosts the collective weight group, which returns once every
         engine has joined; the other ranks only take part in sends (FSDP2 gathers)."""
         self.close_weight_group()
-        if info is not None and self.cfg.rollout.engine == "vllm":
+        if info is not None and self._vllm_on_gpus():
             self.channel, self.channel_device = VLLMChannel(info), self.device
         elif info is not None:
             self.channel, self.channel_device = TorchChannel(info), torch.device(info.device)
@@ -149,9 +149,14 @@ class LearnerWorker:
         source in step)."""
         return send(
             self._source(), self.channel, self.cfg.weights.bucket_mb << 20, self.channel_device,
-            # vLLM loads the buckets itself and cannot check them; rlrun's engines do.
-            with_checksums=self.cfg.rollout.engine != "vllm",
+            # vLLM's NCCL engine loads the buckets itself and cannot check them; rlrun's
+            # engines and its gloo engine for vLLM on CPU do.
+            with_checksums=not self._vllm_on_gpus(),
         )
+
+    def _vllm_on_gpus(self) -> bool:
+        rollout = self.cfg.rollout
+        return rollout.engine == "vllm" and rollout.num_gpus > 0
 
     def begin_ipc(self) -> list[list[ParamMeta]]:
         """Colocated sync over CUDA IPC: the buckets of this version, by their metadata. Every

@@ -76,10 +76,12 @@ class Demand:
 
 
 def rollout_demand(cfg: Config) -> Demand:
-    """The rollout actors' needs; vLLM with tensor parallelism gets a bundle per GPU."""
-    tp = cfg.rollout.tensor_parallel_size
-    return Demand("rollout", "rollout.num_actors", cfg.rollout.num_actors, cfg.rollout.num_cpus,
-                  cfg.rollout.num_gpus, gpu_per_bundle=cfg.rollout.engine == "vllm" and tp > 1,
+    """The rollout actors' needs; vLLM with tensor parallelism on GPUs gets a bundle per GPU
+    (on CPU its ranks share the actor's CPUs)."""
+    tp, rollout = cfg.rollout.tensor_parallel_size, cfg.rollout
+    per_gpu = rollout.engine == "vllm" and tp > 1 and rollout.num_gpus > 0
+    return Demand("rollout", "rollout.num_actors", rollout.num_actors, rollout.num_cpus,
+                  rollout.num_gpus, gpu_per_bundle=per_gpu,
                   node_group=cfg.rollout.node_group)
 
 

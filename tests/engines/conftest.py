@@ -1,5 +1,8 @@
 """Shared fixtures: the tiny model built once per session, and one torch thread.
 
+The tiny model has 2 heads of 32 (the default has 4 of 16): vLLM's CPU attention has no
+head size below 32, and every engine is tested on the same weights.
+
 One intra-op thread: the tiny model's matmuls are far too small to split, and on a shared
 machine spinning OpenMP workers make every call many times slower.
 """
@@ -9,13 +12,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlrun.config import ModelConfig
+from rlrun.config import ModelConfig, TinyModelConfig
 from rlrun.models import resolve_model_path
 
 
 @pytest.fixture(scope="session")
 def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return resolve_model_path(ModelConfig(), str(tmp_path_factory.mktemp("models")))
+    model = ModelConfig(tiny=TinyModelConfig(num_heads=2))
+    return resolve_model_path(model, str(tmp_path_factory.mktemp("models")))
 
 
 @pytest.fixture(scope="module", autouse=True)

