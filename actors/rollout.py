@@ -34,9 +34,10 @@ from rlrun.weights.collective import GroupInfo
 
 @ray.remote
 class RolloutActor:
-    """One generation engine in its own process."""
+    """One generation engine in its own process; its samples carry its slot in the group, so
+    the learner's log-prob check can name the engine that is off."""
 
-    def __init__(self, cfg: Config, model_path: str) -> None:
+    def __init__(self, cfg: Config, model_path: str, slot: int) -> None:
         import torch
 
         from rlrun.engines import make_engine
@@ -47,12 +48,15 @@ class RolloutActor:
             weights_backend=cfg.weights.backend, sleep_mode=cfg.placement.mode == "colocated",
             seed=cfg.run.seed,
         )
+        self.slot = slot
 
     def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
-        return self.engine.generate(prompts, sampling)
+        return [[dataclasses.replace(s, engine=self.slot) for s in group]
+                for group in self.engine.generate(prompts, sampling)]
 
     def extend(self, samples: list[Sample], sampling: SamplingParams) -> list[Sample]:
-        return self.engine.extend(samples, sampling)
+        return [dataclasses.replace(s, engine=self.slot)
+                for s in self.engine.extend(samples, sampling)]
 
     def load_weights(self, update: WeightUpdate) -> None:
         self.engine.load_weights(update.version, make_receiver(update.backend).receive(update))
@@ -117,7 +121,7 @@ class RolloutGroup:
                     placement_group_capture_child_tasks=demand.gpu_per_bundle,
                 ),
                 **options,
-            ).remote(cfg, model_path)
+            ).remote(cfg, model_path, slot)
 
         self.pool = ActorPool(
             start, cfg.rollout.num_actors, prefix=f"{prefix}.rollout", role="rollout",

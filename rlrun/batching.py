@@ -54,6 +54,10 @@ class TrainSample:
     # No token of it is in the loss or its normalisers (`algo.mask_truncated`); it still
     # counted in its group's advantage statistics.
     masked: bool = False
+    # The rollout actor slot that sampled every token of it with the weights the learner holds
+    # now, so its behaviour log-probs must equal the learner's (`sync/logprob_gap_max/<slot>`);
+    # -1: sampled with other weights, or not by a rollout actor.
+    engine: int = -1
 
 
 @dataclass
@@ -149,6 +153,7 @@ def to_train_samples(
     negative_scale: float = 1.0,
     weights: dict[str, float] | None = None,
     mask_truncated: bool = False,
+    version: int | None = None,
 ) -> list[TrainSample]:
     """Flatten groups into samples carrying their group-relative advantage, negative
     advantages multiplied by `negative_scale`; with `mask_truncated`, a completion cut at the
@@ -156,6 +161,7 @@ def to_train_samples(
 
     With `weights` (`reward.aggregation: normalize_then_sum`, one weight per component name) the
     advantages are TRL's normalize_then_sum of the components and `scale_rewards` does not apply.
+    `version` is the learner's weight version: samples made entirely by it keep their engine.
     """
     if not groups:
         return []
@@ -174,6 +180,8 @@ def to_train_samples(
                     behaviour_logprobs=list(s.sample.behaviour_logprobs),
                     advantage=float(a),
                     masked=mask_truncated and s.sample.finish_reason == "length",
+                    engine=s.sample.engine if version is not None and all(
+                        v == version for v in s.sample.versions()) else -1,
                 )
             )
     return out

@@ -640,7 +640,26 @@ def train_on_shard(
     metrics["optim/grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else math.nan
     metrics["optim/lr"] = float(scheduler.get_last_lr()[0])
     metrics["train/bad_steps"] = float(bad)
-    return metrics
+    return metrics | logprob_gaps(shard, old)
+
+
+def logprob_gaps(shard: Shard, old: dict[int, Tensor]) -> dict[str, float]:
+    """The weight-sync check: per rollout engine, the largest mean absolute difference between
+    the log-probs the engine reported for a sample's tokens and the learner's log-probs of the
+    same tokens (`old`, the learner's current weights), over the samples the engine made with
+    those very weights (`TrainSample.engine`). On-policy this is round-off; an engine that
+    did not receive the last weights shows the distance between two policies."""
+    gaps: dict[str, float] = {}
+    for update in shard.updates:
+        for s in update.samples:
+            if s.engine < 0 or not s.response_ids:
+                continue
+            gap = float((old[id(s)].cpu() - torch.tensor(s.behaviour_logprobs)).abs().mean())
+            key = f"sync/logprob_gap_max/{s.engine}"
+            gaps[key] = max(gaps.get(key, 0.0), gap)
+    if gaps:
+        gaps["sync/logprob_gap_max"] = max(gaps.values())
+    return gaps
 
 
 def warmup_schedule(

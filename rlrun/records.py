@@ -166,6 +166,7 @@ class Sample:
     token_versions: list[int] = field(default_factory=list)
     problem_id: str = ""
     group_id: int = 0
+    engine: int = -1  # the rollout actor slot that produced it (-1: not a rollout actor)
 
     def versions(self) -> list[int]:
         """The weight version of each response token, [L]."""

@@ -178,7 +178,7 @@ def make_batch(rollout: Rollout, version: int, step: int, cfg: Config) -> Batch:
     groups = batching.trim_groups(groups, algo.mini_batches * world)
     samples = batching.to_train_samples(
         groups, algo.scale_rewards, algo.negative_advantage_scale, normalize_weights(cfg),
-        mask_truncated=algo.mask_truncated,
+        mask_truncated=algo.mask_truncated, version=version,
     )
     if not samples:
         return Batch(groups, samples, [batching.Shard([]) for _ in range(world)], dropped)
@@ -191,10 +191,12 @@ def make_batch(rollout: Rollout, version: int, step: int, cfg: Config) -> Batch:
 
 def merge_rank_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
     """One step's learner metrics from every rank's: the loss terms are per-rank shares of the
-    global loss and add up (`rlrun.algo.merge_metrics`); the rest (grad norm, lr, skipped
-    updates) is the same on every rank, so rank 0's stands for all."""
-    losses = merge_metrics({k: v for k, v in m.items() if k.startswith("loss/")} for m in per_rank)
-    return losses | {k: v for k, v in per_rank[0].items() if not k.startswith("loss/")}
+    global loss and add up (`rlrun.algo.merge_metrics`), and so do the weight-sync checks of
+    each rank's samples (`sync/`); the rest (grad norm, lr, skipped updates) is the same on
+    every rank, so rank 0's stands for all."""
+    merged = ("loss/", "sync/")
+    losses = merge_metrics({k: v for k, v in m.items() if k.startswith(merged)} for m in per_rank)
+    return losses | {k: v for k, v in per_rank[0].items() if not k.startswith(merged)}
 
 
 def step_metrics(

@@ -393,15 +393,16 @@ def grpo_loss(
 def merge_metrics(parts: Iterable[dict[str, float]]) -> dict[str, float]:
     """Combine `grpo_loss` metrics of several micro-batches (or ranks) into global values.
 
-    Keys ending in "_max" take the maximum; every other key is a share and is summed. Across
-    ranks, all-reduce with SUM and MAX by the same rule.
+    Keys ending in "_max" (or with a "_max/" part, one per engine) take the maximum; every
+    other key is a share and is summed. Across ranks, all-reduce with SUM and MAX by the same
+    rule.
     """
     merged: dict[str, float] = {}
     for part in parts:
         for key, value in part.items():
             if key not in merged:
                 merged[key] = value
-            elif key.endswith("_max"):
+            elif key.endswith("_max") or "_max/" in key:
                 merged[key] = max(merged[key], value)
             else:
                 merged[key] += value

@@ -7,6 +7,12 @@
 - Non-finite gradients: the learner skips such updates and reports them as `train/bad_steps`
   (without that metric, a NaN/inf `loss/policy` or `optim/grad_norm` counts as one); once more
   than `trainer.max_bad_steps` were skipped the run should stop (`should_stop`).
+- Weights that did not arrive: a rollout engine whose log-probs of tokens it sampled with the
+  learner's current weights differ from the learner's (`sync/logprob_gap_max/<slot>`) by more
+  than `metrics.health.logprob_gap` is serving other weights (TRL's issue 5312: weights never
+  synced under vLLM's sleep mode, importance ratios of 3e-7). Training on its samples would
+  be training on another policy's, so this one raises `EngineWeightsMismatch` and the run
+  stops, naming the engine.
 
 Each condition warns when it starts and again only after it has cleared, so a persistent
 problem does not flood the log.
@@ -21,6 +27,11 @@ from statistics import fmean
 from rlrun.config import Config, ConfigError, HealthConfig
 
 FINITE_KEYS = ("loss/policy", "optim/grad_norm")
+GAP_PREFIX = "sync/logprob_gap_max/"
+
+
+class EngineWeightsMismatch(RuntimeError):
+    """A rollout engine's log-probs say it does not hold the learner's weights."""
 
 
 class HealthMonitor:
@@ -31,6 +42,7 @@ class HealthMonitor:
         cfg: HealthConfig | None = None,
         max_bad_steps: int = 3,
         val_metric: str = "val/accuracy",
+        check_logprob_gap: bool = True,
     ) -> None:
         self.cfg = cfg or HealthConfig()
         if self.cfg.window < 2:
@@ -40,6 +52,7 @@ class HealthMonitor:
             )
         self.max_bad_steps = max_bad_steps
         self.val_metric = val_metric
+        self.check_logprob_gap = check_logprob_gap
         self.bad_steps = 0
         self._reward: deque[tuple[int, float]] = deque(maxlen=self.cfg.window)
         self._length: deque[tuple[int, float]] = deque(maxlen=self.cfg.window)
@@ -49,14 +62,22 @@ class HealthMonitor:
     @classmethod
     def from_config(cls, cfg: Config) -> HealthMonitor:
         metric = cfg.trainer.early_stopping.metric or "val/accuracy"
-        return cls(cfg.metrics.health, cfg.trainer.max_bad_steps, val_metric=metric)
+        sampling = cfg.rollout.sampling
+        # vLLM renormalises its log-probs over the top-k/top-p tokens it keeps, the learner's
+        # are over the whole vocabulary: the gap is then not round-off (rlrun.engines.vllm).
+        filtered = cfg.rollout.engine == "vllm" and (sampling.top_k > 0 or sampling.top_p < 1)
+        return cls(cfg.metrics.health, cfg.trainer.max_bad_steps, val_metric=metric,
+                   check_logprob_gap=not filtered)
 
     @property
     def should_stop(self) -> bool:
         return self.bad_steps > self.max_bad_steps
 
     def check(self, step: int, metrics: dict[str, float]) -> list[str]:
-        """Warnings for this step, each naming the metric and what to change."""
+        """Warnings for this step, each naming the metric and what to change; raises
+        `EngineWeightsMismatch` for an engine that does not hold the learner's weights."""
+        if self.check_logprob_gap:
+            self._logprob_gaps(step, metrics)
         found: dict[str, str] = {}
         skipped = metrics.get("train/bad_steps")
         if skipped is not None and math.isfinite(skipped):
@@ -90,6 +111,18 @@ class HealthMonitor:
         unseen = {name for name, (key, _) in checks.items() if key not in metrics}
         self._active = {n for n in found if n != "bad_step"} | (self._active & unseen)
         return [f"step {step}: {m}" for m in new]
+
+    def _logprob_gaps(self, step: int, metrics: dict[str, float]) -> None:
+        limit = self.cfg.logprob_gap
+        for key in sorted(k for k in metrics if k.startswith(GAP_PREFIX)):
+            if not metrics[key] <= limit:  # NaN counts too
+                raise EngineWeightsMismatch(
+                    f"step {step}: rollout engine {key.removeprefix(GAP_PREFIX)} is not serving "
+                    f"the learner's weights: its log-probs of tokens it sampled with them differ "
+                    f"from the learner's by {metrics[key]:.3g} per token ({key} > "
+                    f"metrics.health.logprob_gap={limit:g}); check its weight sync "
+                    f"(weights.backend)"
+                )
 
     def _bad_step(self, count: int, what: str) -> str:
         self.bad_steps += count
