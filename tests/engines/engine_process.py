@@ -55,7 +55,9 @@ class EngineProcess:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, args=(child, args, kwargs), daemon=True)
+        # Not a daemon: vLLM's tensor-parallel ranks are processes of its own. The child ends
+        # when this end of the pipe closes, as it does when the test process ends.
+        self._process = ctx.Process(target=_serve, args=(child, args, kwargs))
         self._process.start()
         child.close()
         self._receive()
