@@ -2,6 +2,7 @@
 final answer changed must score 0, under each math extractor.
 
     python benchmarks/gsm8k_rewards.py [PATH]   # default ../shared/data/gsm8k/test.jsonl
+    python benchmarks/gsm8k_rewards.py --smoke  # 50 rows of tests/fixtures, no table written
 
 `strict` is veRL's GSM8K `####` extractor (the default), `flexible` reads the last number, and
 `math_verify` hands the text to Hugging Face math-verify (what TRL's accuracy reward uses), shown
@@ -13,8 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
-from docs_section import write_section
+from docs_section import SMOKE_HELP, smoke_done, write_section
 
 from rlrun.config import load_config
 from rlrun.data import load_problems
@@ -23,6 +25,8 @@ from rlrun.rewards import build_reward
 from rlrun.rewards.audit import math_wrong
 
 HEADING = "## Rewards: GSM8K answer extraction"
+SMOKE_DATA = (Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "rewards"
+              / "gsm8k_test_subset.jsonl")
 
 
 def _sample(problem: Problem, text: str) -> Sample:
@@ -42,10 +46,15 @@ def _run(
     return ones, statuses.count("no_answer"), statuses.count("timeout"), elapsed
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("path", nargs="?", default="../shared/data/gsm8k/test.jsonl")
-    args = parser.parse_args()
+    parser.add_argument("path", nargs="?", default=None,
+                        help="GSM8K test split (default ../shared/data/gsm8k/test.jsonl; "
+                        "--smoke: the 50-row subset in tests/fixtures)")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args(argv)
+    if args.path is None:
+        args.path = str(SMOKE_DATA) if args.smoke else "../shared/data/gsm8k/test.jsonl"
     problems = load_problems(args.path, fmt="gsm8k").problems
     gold = [p.reference or "" for p in problems]
     # The "final answer" of a GSM8K solution is the one after ####; change it, keep the rest.
@@ -69,6 +78,8 @@ def main() -> int:
         "| --- | --- | --- | --- | --- | --- |",
         *rows,
     ])
+    if args.smoke:
+        return smoke_done("gsm8k_rewards")
     print(table)
     if worst:
         print("\nworst rows:\n  " + "\n  ".join(worst))

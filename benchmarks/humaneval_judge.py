@@ -10,6 +10,7 @@ every hack is.
 
     python benchmarks/humaneval_judge.py [PATH]
     (PATH defaults to ../shared/data/humaneval/HumanEval.jsonl.gz)
+    python benchmarks/humaneval_judge.py --smoke   # 3 problems of tests/fixtures, nothing written
 
 Prints a summary and writes it into docs/benchmarks.md under its own heading.
 """
@@ -24,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from docs_section import write_section
+from docs_section import SMOKE_HELP, smoke_done, write_section
 
 from rlrun.config import SandboxConfig
 from rlrun.records import Problem
@@ -34,6 +35,8 @@ from rlrun.sandbox import Judge, make_submission
 HEADING = "## Sandbox: HumanEval canonical solutions, mutants and hacks"
 DEFAULT = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "humaneval" \
     / "HumanEval.jsonl.gz"
+SMOKE_DATA = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "data" \
+    / "humaneval.jsonl.gz"
 
 HACKS = {
     "sys.exit(0)": "    import sys\n    sys.exit(0)\n",
@@ -99,13 +102,18 @@ def mutants(prompt: str, solution: str) -> list[tuple[str, str]]:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("path", nargs="?", default=str(DEFAULT), help="HumanEval.jsonl(.gz)")
+    parser.add_argument("path", nargs="?", default=None,
+                        help="HumanEval.jsonl(.gz) (default: the full set under ../shared; "
+                        "--smoke: 3 problems in tests/fixtures)")
     parser.add_argument("--backend", default="process", help="process | bwrap | docker")
     parser.add_argument("--workers", type=int, default=2, help="executor slots")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args(argv)
+    if args.path is None:
+        args.path = str(SMOKE_DATA if args.smoke else DEFAULT)
     opener = gzip.open if args.path.endswith(".gz") else open
     with opener(args.path, "rt") as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -153,6 +161,12 @@ def main() -> int:
         f"| sandbox errors | {sandbox_errors} |", "",
     ]
     section = "\n".join(lines)
+    ok = len(canon_ok) == n and len(mutant_caught) == n and len(hacks_caught) == n
+    if args.smoke:
+        if not (ok and sandbox_errors == 0):
+            print("humaneval_judge: smoke run failed a check:\n" + section)
+            return 1
+        return smoke_done("humaneval_judge")
     print(section)
     failed = sorted(set(per) - set(canon_ok)) + sorted(set(per) - set(mutant_caught)
                                                         - set(no_mutant))
@@ -163,7 +177,6 @@ def main() -> int:
         print("problems without an applicable mutant:", ", ".join(no_mutant))
     if not args.no_write:
         write_section(HEADING, section)
-    ok = len(canon_ok) == n and len(mutant_caught) == n and len(hacks_caught) == n
     return 0 if ok and sandbox_errors == 0 else 1
 
 

@@ -3,6 +3,7 @@
 CPU, in one run.
 
     python benchmarks/learner_memory.py [--threads 2] [--repeats 2] [--dtypes float32 [bfloat16]]
+                                        [--smoke]
 
 The model is built from config (no download): hidden 320, 2 layers, 5 heads of 64, MLP 1280,
 vocabulary 151,936 with tied embeddings, so nearly all of it is the embedding, as the logits are
@@ -23,7 +24,9 @@ excluded), and the median time of `--repeats` more steps.
 
 `--dtypes bfloat16` runs the model in bf16 as well (the fp32 copy then doubles the logits
 instead of copying them); it needs a CPU with bf16 matrix units, elsewhere one step takes tens of
-minutes. Prints a table and writes it into docs/benchmarks.md under its own heading.
+minutes. Prints a table and writes it into docs/benchmarks.md under its own heading. `--smoke`
+runs both variants' children, entropy on, on a model and batch of a few thousand parameters and
+tokens, and writes no table.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import sys
 import time
 
 import torch
-from docs_section import write_section
+from docs_section import SMOKE_HELP, smoke_done, write_section
 from measure import machine, peak_rss, rss
 from torch import Tensor
 
@@ -50,6 +53,14 @@ MODEL = dict(
     num_key_value_heads=5, head_dim=64, intermediate_size=1280, tie_word_embeddings=True,
 )
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def use_smoke_sizes() -> None:
+    """--smoke: a tiny model and batch, in the parent and in each child alike."""
+    global SEQUENCES, PROMPT, RESPONSE, MODEL
+    SEQUENCES, PROMPT, RESPONSE = 2, 8, 16
+    MODEL = dict(MODEL, vocab_size=512, hidden_size=32, num_attention_heads=2,
+                 num_key_value_heads=2, head_dim=16, intermediate_size=64)
 
 
 # BASELINE, for comparison only: `response_logprobs` as it was before chunking (commit 4423ba9),
@@ -117,7 +128,8 @@ def saved_bytes(fn, model: torch.nn.Module, batch: TensorBatch, with_entropy: bo
     return sum(storages.values())
 
 
-def child(variant: str, dtype: str, with_entropy: bool, repeats: int) -> dict:
+def child(variant: str, dtype: str, with_entropy: bool, repeats: int, smoke: bool = False
+          ) -> dict:
     fn = VARIANTS[variant]
     model, batch, params = build(DTYPES[dtype])
     model.train()
@@ -126,7 +138,7 @@ def child(variant: str, dtype: str, with_entropy: bool, repeats: int) -> dict:
     step(fn, model, batch, with_entropy)
     first = time.perf_counter() - start
     peak = peak_rss()
-    if peak <= peak_before:
+    if peak <= peak_before and not smoke:  # a smoke run's tiny step may stay under it
         raise RuntimeError("the step stayed under the peak of building the model: no reading")
     saved = saved_bytes(fn, model, batch, with_entropy)
     times = []
@@ -134,7 +146,7 @@ def child(variant: str, dtype: str, with_entropy: bool, repeats: int) -> dict:
         start = time.perf_counter()
         step(fn, model, batch, with_entropy)
         times.append(time.perf_counter() - start)
-    return {"params": params, "peak": peak - before, "saved": saved,
+    return {"params": params, "peak": max(peak - before, 1), "saved": saved,
             "time": statistics.median(times) if times else first}
 
 
@@ -143,6 +155,8 @@ def run_child(variant: str, dtype: str, with_entropy: bool, args: argparse.Names
                "--repeats", str(args.repeats), "--threads", str(args.threads)]
     if with_entropy:
         command.append("--entropy")
+    if args.smoke:
+        command.append("--smoke")
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -151,23 +165,27 @@ def gb(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--repeats", type=int, default=2, help="timed steps after the first")
     parser.add_argument("--dtypes", nargs="+", default=["float32"], choices=list(DTYPES))
     parser.add_argument("--child", choices=list(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--entropy", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.smoke:
+        use_smoke_sizes()
+        args.repeats = 1
     if args.child:
-        result = child(args.child, args.dtypes[0], args.entropy, args.repeats)
+        result = child(args.child, args.dtypes[0], args.entropy, args.repeats, args.smoke)
         print(json.dumps(result), flush=True)
         return 0
 
     rows, params = [], 0
     for dtype in args.dtypes:
-        for with_entropy in (False, True):
+        for with_entropy in (True,) if args.smoke else (False, True):
             res = {v: run_child(v, dtype, with_entropy, args) for v in VARIANTS}
             before, now = res.values()
             params = now["params"]
@@ -177,14 +195,16 @@ def main() -> int:
                 f"{gb(before['saved'])} | {gb(now['saved'])} | "
                 f"{before['time']:.2f} s | {now['time']:.2f} s |"
             )
-            print(rows[-1], flush=True)
+            if not args.smoke:
+                print(rows[-1], flush=True)
     table = "\n".join([
         "| model dtype | entropy | peak, one pass (before) | peak, chunked (now) | ratio | "
         "autograd saves, before | autograd saves, now | s/step, before | s/step, now |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         *rows,
     ])
-    print(table)
+    if not args.smoke:
+        print(table)
     n, t, v = SEQUENCES, PROMPT + RESPONSE, MODEL["vocab_size"]
     command = (f"python benchmarks/learner_memory.py --threads {args.threads} "
                f"--repeats {args.repeats} --dtypes {' '.join(args.dtypes)}")
@@ -206,6 +226,8 @@ def main() -> int:
         f"{args.repeats} steps after the first.\n\n"
         f"{table}\n"
     )
+    if args.smoke:
+        return smoke_done("learner_memory")
     write_section(HEADING, section)
     return 0
 

@@ -1,7 +1,7 @@
 """What running the learner as a Ray actor adds to its step: the same step in this process and
 in a learner rank, alternated, on this CPU.
 
-    python benchmarks/learner_tax.py [--sft-model DIR] [--rounds N] [--threads N]
+    python benchmarks/learner_tax.py [--sft-model DIR] [--rounds N] [--threads N] [--smoke]
 
 The measurement behind the last two rows of `benchmarks/vs_trl.py`'s per-step table, without
 its training runs: both sides run one shard of the first step's shape (the vs_trl recipe,
@@ -11,7 +11,7 @@ reference model) and in a `LearnerGroup` of one rank on a local Ray (the driver'
 `group.train([shard])`: the call, the shard's transfer and the metrics' return included).
 Taking turns matters: the speed of a shared machine drifts over minutes by more than the
 difference looked for. Prints the table and writes it into docs/benchmarks.md under its own
-heading.
+heading (`--smoke`: one round of vs_trl's smoke shard, no table).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import statistics
 import sys
 import tempfile
 
-from docs_section import write_section
+from docs_section import SMOKE_HELP, smoke_done, write_section
 from measure import cpu_name
 from vs_trl import alternate_learner_steps, bench_config, with_overrides
 from vs_trl import parse_args as vs_trl_args
@@ -34,10 +34,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sft-model", default=None,
                         help="model to train (default: the demo's tiny model, untrained)")
-    parser.add_argument("--rounds", type=int, default=10, help="steps timed on each side")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="steps timed on each side (default 10; --smoke: 1)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                         help="torch threads on both sides (default: every core)")
-    return parser.parse_args(argv)
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args(argv)
+    if args.rounds is None:
+        args.rounds = 1 if args.smoke else 10
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     from rlrun.models import resolve_model_path
 
     args = parse_args(argv)
-    recipe = bench_config(vs_trl_args(["--threads", str(args.threads)]))
+    recipe = bench_config(vs_trl_args(["--threads", str(args.threads)]
+                                      + (["--smoke"] if args.smoke else [])))
     with tempfile.TemporaryDirectory() as out:
         cfg = with_overrides(recipe, [f"run.output_dir={out}"])
         torch.set_num_threads(args.threads)
@@ -62,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         f"| learner rank (Ray actor), timed at the driver | {b:.3f} | {min(actor):.3f} | "
         f"{max(actor):.3f} | {b / a:.2f}x |",
     ]
+    if args.smoke:
+        return smoke_done("learner_tax")
     command = "python benchmarks/learner_tax.py " + " ".join(argv or sys.argv[1:])
     model = "the warm-started model given" if args.sft_model else "the demo's untrained model"
     section = (

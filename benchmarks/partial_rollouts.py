@@ -1,7 +1,7 @@
 """Partial rollouts against whole ones on long, long-tailed generations: the time to produce a
 batch, and the time of a training step.
 
-    python benchmarks/partial_rollouts.py [--batches 12] [--steps 12] [--repeats 2]
+    python benchmarks/partial_rollouts.py [--batches 12] [--steps 12] [--repeats 2] [--smoke]
 
 The task: the tiny model on toy arithmetic, 16 prompts x 4 samples per batch, at most 1024 new
 tokens, and a completion ends at either of two letters, so lengths are long-tailed (roughly
@@ -28,7 +28,8 @@ comparison is `scripts/gpu_check.py`'s partial-vllm check; on a CPU the learner'
 the batch's generation anyway, so the step time is the learner's.
 
 The sides take turns `--repeats` times (a shared machine's speed drifts over minutes). Prints
-the tables and writes them into docs/benchmarks.md under its own heading.
+the tables and writes them into docs/benchmarks.md under its own heading (`--smoke`: both
+parts once on a few short samples, no tables).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from docs_section import write_section
+from docs_section import SMOKE_HELP, smoke_done, write_section
 from measure import machine
 
 HEADING = "## Rollout: partial rollouts on long generations"
@@ -60,6 +61,10 @@ RUN = [
     "metrics.sample_problems=0",
 ]
 PARTIAL = ["rollout.partial=true", "rollout.partial_tokens=64"]
+# --smoke: a few short samples, so a batch and a step take well under a second
+SMOKE = ["data.toy_size=32", "algo.group_size=2", "algo.prompts_per_step=2",
+         "rollout.sampling.max_new_tokens=16", "learner.micro_batch_size=4"]
+SMOKE_PARTIAL = ["rollout.partial_tokens=4"]
 WHY = (
     "Why partial rollouts do not pay on a CPU: a paused sample continues by prefilling its "
     "prompt and response again under the current weights, and a CPU prefills a token at about "
@@ -77,10 +82,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, default=12, help="batches per rollout run")
     parser.add_argument("--steps", type=int, default=12, help="training steps per run")
     parser.add_argument("--repeats", type=int, default=2, help="runs per side, alternated")
-    return parser.parse_args(argv)
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args(argv)
+    if args.smoke:  # two steps: the step table is over the steps after the first
+        args.batches, args.steps, args.repeats = 1, 2, 1
+    return args
 
 
-def batches(n: int, partial: bool) -> dict[str, float]:
+def task(partial: bool, smoke: bool) -> list[str]:
+    """The task's overrides for one side."""
+    return (TASK + (PARTIAL if partial else []) + (SMOKE if smoke else [])
+            + (SMOKE_PARTIAL if smoke and partial else []))
+
+
+def batches(n: int, partial: bool, smoke: bool = False) -> dict[str, float]:
     """Seconds and generated tokens per batch over `n` batches, with fixed weights."""
     import torch
 
@@ -96,7 +111,7 @@ def batches(n: int, partial: bool) -> dict[str, float]:
 
     torch.set_num_threads(os.cpu_count() or 1)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(None, TASK + (PARTIAL if partial else []) + [f"run.output_dir={tmp}"])
+        cfg = load_config(None, task(partial, smoke) + [f"run.output_dir={tmp}"])
         train, _ = load_from_config(cfg)
         prompts = [render_prompt(p, cfg.data, None, chat=False) for p in train]
         engine = make_engine("hf", resolve_model_path(cfg.model, tmp, cfg.run.seed), cfg.rollout,
@@ -125,14 +140,15 @@ def batches(n: int, partial: bool) -> dict[str, float]:
     return {"batch_s": statistics.median(times), "tokens": statistics.mean(tokens)}
 
 
-def training(out: Path, steps: int, partial: bool) -> list[dict[str, float]]:
+def training(out: Path, steps: int, partial: bool, smoke: bool = False
+             ) -> list[dict[str, float]]:
     """The step rows of one `rlrun train` run."""
     cores = os.cpu_count() or 1
-    overrides = TASK + RUN + [
+    overrides = task(partial, smoke) + RUN + [
         f"run.output_dir={out}", f"run.num_cpus={cores}", f"trainer.steps={steps}",
         # generation and training overlap: each role gets half the cores
         f"rollout.num_cpus={cores / 2}", f"learner.num_cpus={cores / 2}",
-    ] + (PARTIAL if partial else [])
+    ]
     subprocess.run([sys.executable, "-m", "rlrun", "train", *overrides], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(out / "metrics.jsonl") as f:
@@ -166,9 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             for partial in (False, True):
-                batch[partial].append(batches(args.batches, partial))
+                batch[partial].append(batches(args.batches, partial, args.smoke))
                 out = Path(tmp, f"{'partial' if partial else 'whole'}-{repeat}")
-                steps[partial].append(training(out, args.steps, partial))
+                steps[partial].append(training(out, args.steps, partial, args.smoke))
 
     def mean(side: bool, key: str) -> float:
         return statistics.mean(b[key] for b in batch[side])
@@ -204,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         "rollout actor's time for the batch, learner the learner's step.\n\n"
         f"{step_table}\n{WHY}"
     )
+    if args.smoke:
+        return smoke_done("partial_rollouts")
     print(section)
     write_section(HEADING, section)
     return 0

@@ -1,7 +1,7 @@
 """`rlrun plan`'s learner estimate next to the measured peak memory of a real learner step on
 this CPU, for two small Qwen3 models built from config (no download).
 
-    python benchmarks/plan_accuracy.py [--threads 2]
+    python benchmarks/plan_accuracy.py [--threads 2] [--smoke]
 
 Models: "byte vocab", the 259-token byte vocabulary of `model.tiny` on a 20M-parameter body
 (hidden 512, 6 layers, 8 heads of 64, MLP 1536), where the logits are negligible; "Qwen vocab",
@@ -44,6 +44,9 @@ mapped on its own and unmapped when freed, so the resident peak is the peak of l
 which is what the planner predicts (and what a GPU's caching allocator must find, less its
 slack: the planner's fixed 2 GiB). The last column runs the same step under glibc's defaults:
 what `top` shows for a CPU learner, for comparison.
+
+`--smoke` runs one row (both of its children) on models and samples of a few thousand
+parameters and tokens, and writes no table.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ import time
 from pathlib import Path
 
 import torch
-from docs_section import write_section
+from docs_section import SMOKE_HELP, smoke_done, write_section
 from measure import machine, peak_rss, rss
 
 from rlrun import batching
@@ -86,6 +89,18 @@ ROWS = [
     ("byte vocab", 4, False), ("byte vocab", 4, True),
     ("Qwen vocab", 4, False), ("Qwen vocab", 4, True), ("Qwen vocab", 2, False),
 ]
+
+
+
+
+def use_smoke_sizes() -> None:
+    """--smoke: tiny models and samples and one row, in the parent and in each child alike."""
+    global PROMPT, RESPONSE, PROMPTS, GROUP, MODELS, ROWS
+    PROMPT, RESPONSE, PROMPTS, GROUP = 8, 16, 2, 4
+    body = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=2, head_dim=16, intermediate_size=64)
+    MODELS = {"byte vocab": dict(body, vocab_size=259), "Qwen vocab": dict(body, vocab_size=4096)}
+    ROWS = [("byte vocab", 2, True)]
 
 
 def overrides(micro_batch: int, checkpointing: bool) -> list[str]:
@@ -143,7 +158,8 @@ def learner_step(cfg, path: Path, vocab: int) -> tuple[torch.nn.Module, torch.op
     return policy.model, optimizer
 
 
-def child(path: Path, warmup: Path, micro_batch: int, checkpointing: bool) -> dict:
+def child(path: Path, warmup: Path, micro_batch: int, checkpointing: bool, smoke: bool = False
+          ) -> dict:
     cfg = load_config(None, overrides(micro_batch, checkpointing))
     config = json.loads((path / "config.json").read_text())
     warm = learner_step(load_config(None, overrides(2, checkpointing)), warmup, 259)
@@ -155,18 +171,20 @@ def child(path: Path, warmup: Path, micro_batch: int, checkpointing: bool) -> di
     model, optimizer = learner_step(cfg, path, config["vocab_size"])
     seconds = time.perf_counter() - start
     peak = peak_rss()
-    if peak <= peak_before:
+    if peak <= peak_before and not smoke:  # a smoke run's tiny step may stay under it
         raise RuntimeError("the learner stayed under the peak of the warm-up: no reading")
     after = rss()
     params = sum(p.numel() for p in model.parameters())
-    return {"params": params, "peak": peak - baseline, "after": after - baseline,
+    return {"params": params, "peak": max(peak - baseline, 1), "after": after - baseline,
             "seconds": seconds}
 
 
 def run_child(path: Path, warmup: Path, micro_batch: int, checkpointing: bool, threads: int,
-              default_malloc: bool = False) -> dict:
+              default_malloc: bool = False, smoke: bool = False) -> dict:
     command = [sys.executable, __file__, "--threads", str(threads), "--child", str(path),
                str(warmup), str(micro_batch), "1" if checkpointing else "0"]
+    if smoke:
+        command.append("--smoke")
     env = dict(os.environ)
     env.pop("MALLOC_MMAP_THRESHOLD_", None)
     if not default_malloc:
@@ -187,15 +205,18 @@ def gib(n: float) -> str:
     return f"{n / 2**30:.3f}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.smoke:
+        use_smoke_sizes()
     if args.child:
         path, warmup, micro_batch, ckpt = args.child
-        result = child(Path(path), Path(warmup), int(micro_batch), ckpt == "1")
+        result = child(Path(path), Path(warmup), int(micro_batch), ckpt == "1", args.smoke)
         print(json.dumps(result), flush=True)
         return 0
 
@@ -207,8 +228,10 @@ def main() -> int:
             cfg = load_config(None, overrides(micro_batch, ckpt))
             config = json.loads((paths[name] / "config.json").read_text())
             plan = estimate(cfg, config, None, prompt_tokens=PROMPT).learner
-            res = run_child(paths[name], warmup, micro_batch, ckpt, args.threads)
-            glibc = run_child(paths[name], warmup, micro_batch, ckpt, args.threads, True)
+            res = run_child(paths[name], warmup, micro_batch, ckpt, args.threads,
+                            smoke=args.smoke)
+            glibc = run_child(paths[name], warmup, micro_batch, ckpt, args.threads, True,
+                              args.smoke)
             ratio = plan.total / res["peak"]
             worst = max(worst, abs(ratio - 1))
             path, phase = path_and_phase(plan)
@@ -219,7 +242,8 @@ def main() -> int:
                 f"{gib(glibc['peak'])} ({plan.total / glibc['peak']:.2f}) | "
                 f"{res['seconds']:.0f} s |"
             )
-            print(rows[-1], flush=True)
+            if not args.smoke:
+                print(rows[-1], flush=True)
     table = "\n".join([
         "| model | params | vocab | micro-batch | checkpointing | log-prob path | planned peak "
         "phase | planned, GiB | measured peak, GiB | planned / measured | glibc default malloc: "
@@ -227,8 +251,9 @@ def main() -> int:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         *rows,
     ])
-    print(table)
-    print(f"worst |planned / measured - 1|: {worst:.1%}")
+    if not args.smoke:
+        print(table)
+        print(f"worst |planned / measured - 1|: {worst:.1%}")
     command = f"python benchmarks/plan_accuracy.py --threads {args.threads}"
     section = (
         f"{HEADING}\n\n`{command}` on {machine()}, {args.threads} torch thread(s): the "
@@ -254,6 +279,8 @@ def main() -> int:
         f"peak phase: the phase whose items the planner adds (see `rlrun/plan.py`). Worst "
         f"|planned / measured - 1|: {worst:.1%}.\n\n{table}\n"
     )
+    if args.smoke:
+        return smoke_done("plan_accuracy")
     write_section(HEADING, section)
     return 0
 

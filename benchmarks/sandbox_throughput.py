@@ -25,6 +25,7 @@ The table goes to stdout and into this script's section of docs/benchmarks.md.
 
     .venv/bin/python benchmarks/sandbox_throughput.py            # full run, updates the doc
     .venv/bin/python benchmarks/sandbox_throughput.py --quick --no-write
+    .venv/bin/python benchmarks/sandbox_throughput.py --smoke   # a few tests each, no docker
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from docs_section import SMOKE_HELP, smoke_done
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -226,7 +229,7 @@ def write_section(body: str) -> None:
     DOC.write_text(text)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                         help="executor slots of the judge and parallel runs of (c) and (d)")
@@ -234,10 +237,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=2,
                         help="runs of (a), (b) and (c) per workload; the best one is reported")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true",
+                        help=SMOKE_HELP + " ((b) and (d) skipped: docker is slow to start)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.runs = 1
 
     load = os.getloadavg()
-    scale = 10 if args.quick else 1
+    scale = 100 if args.smoke else 10 if args.quick else 1
     n_docker_run = 4 if args.quick else 20
     iterations = calibrate_cpu_iterations()
     workloads = [
@@ -246,7 +253,7 @@ def main() -> int:
                  n_docker_run),
         Workload("C++ a+b (g++ -O2)", "cpp", CPP, 2000 // scale, n_docker_run),
     ]
-    docker_note = docker_ready()
+    docker_note = "not run in a smoke run" if args.smoke else docker_ready()
     rows = {}
     with tempfile.TemporaryDirectory(prefix="rlrun-bench-") as tmp:
         os.chmod(tmp, 0o755)  # the container's non-root user runs the C++ binary from here
@@ -282,6 +289,8 @@ def main() -> int:
         "",
         f"Command: `{command}`",
     ])
+    if args.smoke:
+        return smoke_done("sandbox_throughput")
     print(body)
     if not args.no_write:
         write_section(body)

@@ -2,7 +2,7 @@
 number of optimizer steps, on this CPU, in one run.
 
     python benchmarks/vs_trl.py [--config conf/demo.yaml] [--steps N] [--seeds N] [--quick]
-                                [KEY=VALUE ...]
+                                [--smoke] [KEY=VALUE ...]
 
 1. build the tiny model of the config and warm-start it once with `rlrun.sft.run_sft` (until
    held-out sampled accuracy reaches `sft.target_accuracy`); both trainers start from it;
@@ -23,7 +23,8 @@ from the start of step 0 to the end of the last step, so Ray start-up and rlrun'
 validation before and after training are left out of it and counted in the wall time; the
 benchmark sets `trainer.eval_every=0` so rlrun does not validate between steps, as TRL does not).
 Completion lengths drift apart as the two policies train, so completion tokens/s is shown too.
-Prints the table and writes it into docs/benchmarks.md under its own heading.
+Prints the table and writes it into docs/benchmarks.md under its own heading; `--smoke` runs
+every part of this on tiny sizes in a temporary directory, and prints and writes no table.
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ import shlex
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import measure
-from docs_section import DOCS, write_section
+from docs_section import DOCS, SMOKE_HELP, smoke_done, write_section
 from trl_grpo import run_trl
 
 from rlrun.batching import Shard
@@ -62,6 +64,12 @@ FIXED = [
 QUICK = ["data.val_size=16", "trainer.eval_samples=2", "trainer.eval_k=[1]", "sft.max_steps=40",
          "sft.eval_every=20"]
 QUICK_STEPS = 3
+# --smoke: every part of the benchmark (warm-start, TRL, rlrun, the learner-step rows, the
+# held-out scoring) on a few samples, one step each.
+SMOKE = ["data.toy_size=32", "data.val_size=2", "trainer.eval_samples=1", "trainer.eval_k=[1]",
+         "sft.max_steps=2", "sft.eval_every=2", "sft.batch_size=4", "algo.prompts_per_step=2",
+         "algo.group_size=2", "rollout.sampling.max_new_tokens=8", "learner.micro_batch_size=4"]
+SMOKE_STEPS = 1
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -73,9 +81,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (trainer.steps)")
     parser.add_argument(
         "--quick", action="store_true",
-        help=f"smoke run: {QUICK_STEPS} steps, 16 held-out problems, short warm-start",
+        help=f"short run: {QUICK_STEPS} steps, 16 held-out problems, short warm-start",
     )
-    parser.add_argument("--out", default="runs/vs_trl", help="directory for models and logs")
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    parser.add_argument("--out", default=None,
+                        help="directory for models and logs (default: runs/vs_trl; --smoke: a "
+                        "temporary one)")
     parser.add_argument(
         "--sft-model", default=None,
         help="start from this warm-started model instead of running the SFT again",
@@ -103,8 +114,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def bench_config(args: argparse.Namespace) -> Config:
     threads = [f"rollout.num_threads={args.threads}", f"learner.num_threads={args.threads}"]
-    overrides = list(FIXED) + threads + (list(QUICK) if args.quick else [])
-    steps = args.steps if args.steps is not None else (QUICK_STEPS if args.quick else None)
+    overrides = (list(FIXED) + threads + (list(QUICK) if args.quick or args.smoke else [])
+                 + (list(SMOKE) if args.smoke else []))
+    steps = args.steps if args.steps is not None else (
+        SMOKE_STEPS if args.smoke else QUICK_STEPS if args.quick else None)
     if steps is not None:
         overrides.append(f"trainer.steps={steps}")
     return load_config(args.config, overrides + list(args.overrides))
@@ -393,11 +406,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from rlrun.cluster import torch_threads
     from rlrun.data import load_from_config
-    from rlrun.models import resolve_model_path
+    from rlrun.models import model_cache_dir, resolve_model_path
     from rlrun.sft import run_sft
-    from rlrun.training import init_ray, model_cache_dir
+    from rlrun.training import init_ray
 
     args = parse_args(argv)
+    if args.smoke and args.out is None:
+        with tempfile.TemporaryDirectory(prefix="vs_trl-smoke-") as tmp:
+            return main([*(argv if argv is not None else sys.argv[1:]), "--out", tmp])
     cfg = bench_config(args)
     # TRL runs in this process with every core; so do rlrun's rollout actor and learner, which
     # take turns within a synchronous step (bench_config sets their num_threads). Evaluation
@@ -405,12 +421,13 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads
     torch.set_num_threads(threads)
     load_start = os.getloadavg()
-    out = Path(args.out).resolve()
+    out = Path(args.out or "runs/vs_trl").resolve()
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     train, val = load_from_config(cfg)
     overlap = "algo.max_staleness=1 rollout.num_threads=1 learner.num_threads=1"
-    extra = args.rlrun_variant or ([overlap] if cfg.algo.max_staleness == 0 else [])
+    default_extra = [overlap] if cfg.algo.max_staleness == 0 and not args.smoke else []
+    extra = args.rlrun_variant or default_extra
     variants = [("rlrun", [])] + [(f"rlrun, {v}", v.split()) for v in extra if v != "none"]
     init_ray(cfg)
     try:
@@ -430,18 +447,20 @@ def main(argv: list[str] | None = None) -> int:
         for seed in seeds:
             seeded = with_overrides(cfg, [f"run.seed={seed}"])
             trl = run_trl(seeded, start, train, str(out / f"trl-{seed}"))
-            print(f"vs_trl: seed {seed}: TRL {trl.samples / trl.train_s:.1f} samples/s over "
-                  f"{trl.train_s:.1f}s", flush=True)
+            if not args.smoke:
+                print(f"vs_trl: seed {seed}: TRL {trl.samples / trl.train_s:.1f} samples/s over "
+                      f"{trl.train_s:.1f}s", flush=True)
             trls.append(trl)
             for i, (label, changed) in enumerate(variants):
                 rl = run_rlrun(with_overrides(seeded, changed), start, out / f"rlrun-{i}-{seed}")
-                print(f"vs_trl: seed {seed}: {label} {rl['samples'] / rl['train_s']:.1f} "
-                      f"samples/s over {rl['train_s']:.1f}s", flush=True)
+                if not args.smoke:
+                    print(f"vs_trl: seed {seed}: {label} {rl['samples'] / rl['train_s']:.1f} "
+                          f"samples/s over {rl['train_s']:.1f}s", flush=True)
                 per_variant[i].append(rl)
     finally:
         ray.shutdown()
     torch.set_num_threads(torch_threads(cfg.learner.num_threads, cfg.learner.num_cpus))
-    learner_steps = alternate_learner_steps(cfg, start, train, rounds=10)
+    learner_steps = alternate_learner_steps(cfg, start, train, rounds=1 if args.smoke else 10)
     torch.set_num_threads(threads)
     trl_after = [evaluate(t.model_path, cfg, val) for t in trls]
     runs = [
@@ -456,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     load = f"{load_start[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
 
     main_table, breakdown = tables(cfg, before, trl, trl_after, runs, learner_steps)
+    if args.smoke:
+        return smoke_done("vs_trl")
     print(main_table + "\n\n" + breakdown)
     print(f"vs_trl: total {time.perf_counter() - started:.0f}s")
     command = "python benchmarks/vs_trl.py " + " ".join(

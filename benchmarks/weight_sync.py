@@ -1,6 +1,6 @@
 """Weight sync per backend: the object store against the collective broadcast, on this CPU.
 
-    python benchmarks/weight_sync.py [--syncs 5] [--engines 2]
+    python benchmarks/weight_sync.py [--syncs 5] [--engines 2] [--smoke]
 
 For a tiny, a ~50M and a ~500M-parameter model (Qwen3 shapes built from config, fp32 as a CPU
 run trains them), one learner rank and `--engines` HF rollout engines on a local Ray, the same
@@ -8,7 +8,8 @@ run trains them), one learner rank and `--engines` HF rollout engines on a local
 times per backend, back to back in one run. Seconds are the median sync, from the learner
 holding new weights to the last engine serving them; GB/s divides the state dict's bytes by
 that time (each engine receives all of them). Prints a table and writes it into
-docs/benchmarks.md under its own heading. No speed is asked of a CPU: the goal on GPUs is a
+docs/benchmarks.md under its own heading (`--smoke`: the tiny model only, one engine, one sync
+per backend after the warm-up, no table). No speed is asked of a CPU: the goal on GPUs is a
 7B (15 GB in bf16) in under 1 s within a node, which `bash scripts/gpu_check.sh` measures.
 """
 
@@ -22,7 +23,7 @@ import tempfile
 import time
 
 import ray
-from docs_section import write_section
+from docs_section import SMOKE_HELP, smoke_done, write_section
 from measure import cpu_name
 from ray.exceptions import RayError
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -48,7 +49,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--syncs", type=int, default=5, help="syncs timed per backend and model")
     parser.add_argument("--engines", type=int, default=2, help="rollout engines")
-    return parser.parse_args(argv)
+    parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.syncs, args.engines = 1, 1
+    return args
 
 
 def measure(model: str, backend: str, engines: int, syncs: int, cache: str) -> dict:
@@ -95,13 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as cache:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        # "local": a Ray of this run's own, never a cluster /tmp/ray names
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
-            for model in MODELS:
+            for model in list(MODELS)[:1] if args.smoke else MODELS:
                 for backend in BACKENDS:
                     try:
                         row = measure(model, backend, args.engines, args.syncs, cache)
                     except (LearnerFailed, SyncFailed, PoolError, RayError) as err:
+                        if args.smoke:  # nothing is too big for this machine in a smoke run
+                            raise
                         # A row that does not fit this machine is a result too.
                         text = first_line(err)
                         failed = ("out of memory" if "OutOfMemoryError" in text
@@ -109,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                         row = {"model": model, "backend": backend, "failed": failed}
                         print(f"weight_sync: {model} {backend}: {row['failed']}", flush=True)
                     else:
-                        print(f"weight_sync: {model} {backend}: {row['seconds']:.3f} s, "
-                              f"{row['gb_per_s']:.2f} GB/s", flush=True)
+                        if not args.smoke:
+                            print(f"weight_sync: {model} {backend}: {row['seconds']:.3f} s, "
+                                  f"{row['gb_per_s']:.2f} GB/s", flush=True)
                     rows.append(row)
         finally:
             ray.shutdown()
@@ -130,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {row['model']} | {row['params'] / 1e6:,.1f}M | {row['bytes'] / 1e6:,.1f} MB | "
             f"`{row['backend']}` | {row['seconds']:.3f} | {row['gb_per_s']:.2f} | {ratio} |"
         )
+    if args.smoke:
+        return smoke_done("weight_sync")
     cpu = cpu_name()
     command = "python benchmarks/weight_sync.py " + " ".join(argv or sys.argv[1:])
     load = os.getloadavg()[0]
