@@ -37,16 +37,11 @@ from rlrun.cluster import torch_threads
 from rlrun.config import Config
 from rlrun.models import DTYPES
 from rlrun.step import merge_rank_metrics
-from rlrun.weights import WeightUpdate, make_sender
-from rlrun.weights.buckets import ParamMeta, bucket_ranges, pack
-from rlrun.weights.collective import (
-    Channel,
-    GroupInfo,
-    SendStats,
-    TorchChannel,
-    VLLMChannel,
-    send,
-)
+from rlrun.weights import WeightUpdate
+from rlrun.weights.buckets import ParamMeta
+from rlrun.weights.collective import Channel, GroupInfo, SendStats, send, sender_channel
+from rlrun.weights.ipc import IPCSender
+from rlrun.weights.object_store import ObjectStoreSender
 from rlrun.weights.source import WeightSource
 
 
@@ -65,7 +60,7 @@ class LearnerWorker:
         self.cfg, self.model_path, self.rank, self.world = cfg, model_path, rank, world
         self.channel: Channel | None = None
         self.channel_device = torch.device("cpu")
-        self._ipc: tuple[Any, Any] = (iter(()), None)  # (weights left to pack, live bucket)
+        self._ipc = IPCSender(torch.device("cpu"))  # on its GPU once `setup` knows it
 
     @ray.method(concurrency_group="health")
     def ping(self) -> bool:
@@ -93,6 +88,7 @@ class LearnerWorker:
             timeout=datetime.timedelta(seconds=cfg.learner.timeout_s),
         )
         self.device = torch.device("cuda", 0) if gpu else torch.device("cpu")
+        self._ipc = IPCSender(self.device)
         torch.set_num_threads(torch_threads(cfg.learner.num_threads, cfg.learner.num_cpus))
         torch.manual_seed(cfg.run.seed + self.rank)
         path = local_model(self.model_path)  # a URI fetched once for policy, reference, tokenizer
@@ -130,7 +126,7 @@ class LearnerWorker:
         """The current weights as object-store update `version`, put (and owned) by rank 0;
         every rank that `LearnerGroup.senders` names takes part in gathering them."""
         weights = dict(self._source())
-        return make_sender("object_store").publish(version, weights) if self.rank == 0 else None
+        return ObjectStoreSender().publish(version, weights) if self.rank == 0 else None
 
     def weight_metadata(self) -> list[ParamMeta]:
         return self._source().metadata()
@@ -139,10 +135,9 @@ class LearnerWorker:
         """Rank 0 (`info` given) hosts the collective weight group, which returns once every
         engine has joined; the other ranks only take part in sends (FSDP2 gathers)."""
         self.close_weight_group()
-        if info is not None and self._vllm_on_gpus():
-            self.channel, self.channel_device = VLLMChannel(info), self.device
-        elif info is not None:
-            self.channel, self.channel_device = TorchChannel(info), torch.device(info.device)
+        if info is not None:
+            self.channel, self.channel_device = sender_channel(info, self._vllm_on_gpus(),
+                                                               self.device)
 
     def send_weights(self) -> SendStats:
         """Stream the current weights to the engines (rank 0 sends; every rank walks the
@@ -158,31 +153,16 @@ class LearnerWorker:
         rollout = self.cfg.rollout
         return rollout.engine == "vllm" and rollout.num_gpus > 0
 
+    # The ipc backend (rlrun.weights.ipc), phase by phase.
+
     def begin_ipc(self) -> list[list[ParamMeta]]:
-        """Colocated sync over CUDA IPC: the buckets of this version, by their metadata. Every
-        rank then packs each bucket on its own GPU (`ipc_bucket`) for the engine ranks there."""
-        source = self._source()
-        metas = source.metadata()
-        self._ipc = (iter(source), None)
-        return [[metas[i] for i in r]
-                for r in bucket_ranges(metas, self.cfg.weights.bucket_mb << 20)]
+        return self._ipc.begin(self._source(), self.cfg.weights.bucket_mb << 20)
 
     def ipc_bucket(self, metas: list[ParamMeta]) -> dict[str, Any]:
-        """Pack the next bucket on this rank's GPU and return its CUDA IPC handle keyed by the
-        GPU's UUID, as vLLM's ipc backend looks it up. The bucket stays alive until the next
-        one (or `end_ipc`), while the engine on this GPU copies out of it."""
-        from torch.multiprocessing.reductions import reduce_tensor
-
-        tensors, _ = self._ipc
-        bucket = pack(next(tensors)[1].to(self.device) for _ in metas)
-        torch.cuda.synchronize()
-        self._ipc = (tensors, bucket)
-        uuid = str(torch.cuda.get_device_properties(self.device).uuid)
-        return {uuid: reduce_tensor(bucket)[1]}
+        return self._ipc.bucket(metas)
 
     def end_ipc(self) -> None:
-        self._ipc = (iter(()), None)
-        torch.cuda.ipc_collect()
+        self._ipc.end()
 
     def close_weight_group(self) -> None:
         if self.channel is not None:
@@ -261,6 +241,15 @@ class LearnerGroup:
 
     def publish(self, version: int) -> WeightUpdate:
         return self._all([w.publish.remote(version) for w in self.senders()], "publish")[0]
+
+    def ranks(self) -> list[Any]:
+        """Every rank's actor, rank 0 first."""
+        return list(self.workers)
+
+    @property
+    def incarnation(self) -> int:
+        """How many times the group has been started: a restart makes new ranks."""
+        return self.starts
 
     def senders(self) -> list[Any]:
         """The ranks that take part in sending weights: every rank under FSDP2 (whole

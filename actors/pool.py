@@ -132,10 +132,10 @@ class ActorPool:
         """Held, no other thread sends a call to the pool's actors (`with pool.exclusive():`)."""
         return self._lock
 
-    def slots(self) -> list[tuple[Any, int]]:
-        """(actor, incarnation) of every slot; `replace` takes an incarnation back."""
+    def slots(self) -> list[tuple[Any, int, str]]:
+        """(actor, incarnation, name) of every slot; `replace` takes an incarnation back."""
         with self._lock:
-            return [(slot.actor, slot.incarnation) for slot in self._slots]
+            return [(slot.actor, slot.incarnation, slot.name) for slot in self._slots]
 
     def done_per_slot(self) -> list[int]:
         """Items each slot has returned results for since the pool started."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from typing import Any
 
 import ray
@@ -27,9 +28,10 @@ from rlrun.cluster import rollout_demand, torch_threads
 from rlrun.config import Config
 from rlrun.engines import SamplingParams
 from rlrun.records import Sample
-from rlrun.weights import WeightUpdate, make_receiver
+from rlrun.weights import WeightUpdate
 from rlrun.weights.buckets import ParamMeta
 from rlrun.weights.collective import GroupInfo
+from rlrun.weights.object_store import ObjectStoreReceiver
 
 
 @ray.remote
@@ -59,7 +61,7 @@ class RolloutActor:
                 for s in self.engine.extend(samples, sampling)]
 
     def load_weights(self, update: WeightUpdate) -> None:
-        self.engine.load_weights(update.version, make_receiver(update.backend).receive(update))
+        self.engine.load_weights(update.version, ObjectStoreReceiver().receive(update))
 
     # The collective backend (rlrun.weights.collective), phase by phase.
 
@@ -86,6 +88,16 @@ class RolloutActor:
 
     def version(self) -> int:
         return self.engine.version
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """A rollout actor as weight sync addresses it; `RolloutGroup.replace` takes it back."""
+
+    actor: Any
+    slot: int
+    incarnation: int  # which start of the slot this is (a replacement counts up)
+    name: str
 
 
 class RolloutGroup:
@@ -136,6 +148,19 @@ class RolloutGroup:
     @property
     def restarts(self) -> int:
         return self.pool.restarts
+
+    def engines(self) -> list[Engine]:
+        """Every rollout actor as it is now, in slot order."""
+        return [Engine(actor, slot, incarnation, name)
+                for slot, (actor, incarnation, name) in enumerate(self.pool.slots())]
+
+    def replace(self, engine: Engine) -> None:
+        """Start a new actor in `engine`'s slot, unless it was replaced already."""
+        self.pool.replace(engine.slot, engine.incarnation)
+
+    def exclusive(self) -> threading.RLock:
+        """Held, nothing else is sent to the actors: a collective sync holds it."""
+        return self.pool.exclusive()
 
     def _chunk_size(self, prompts: int, n: int) -> int:
         if self.cfg.rollout.engine == "vllm":

@@ -34,7 +34,7 @@ from ray.exceptions import RayActorError, RayError
 
 from actors.learner import LearnerFailed, LearnerGroup
 from actors.pool import first_line
-from actors.rollout import RolloutGroup
+from actors.rollout import Engine, RolloutGroup
 from rlrun.config import Config
 from rlrun.weights.collective import GroupInfo, SendStats, rank_offsets
 
@@ -68,11 +68,18 @@ class ObjectStoreSync:
 
 @dataclasses.dataclass
 class _Member:
-    """A call in flight and who made it."""
+    """A call in flight and who made it: a rollout engine, or a learner rank (engine None)."""
 
     name: str
-    slot: int | None = None  # rollout slot; None for a learner rank
-    incarnation: int = 0
+    engine: Engine | None = None
+
+
+def _engine(engine: Engine) -> _Member:
+    return _Member(f"rollout actor {engine.name}", engine)
+
+
+def _rank(rank: int) -> _Member:
+    return _Member(f"learner rank {rank}")
 
 
 class CollectiveSync:
@@ -81,40 +88,37 @@ class CollectiveSync:
     def __init__(self, cfg: Config, learner: LearnerGroup, rollouts: RolloutGroup) -> None:
         self.cfg, self.learner, self.rollouts = cfg, learner, rollouts
         self.timeout_s = cfg.weights.timeout_s
-        # What the group was built from: the learner's start count and the rollout actors'
-        # incarnations; any change (a restart, a replacement) means building it again.
+        # What the group was built from: the learner's incarnation and the rollout actors';
+        # any change (a restart, a replacement) means building it again.
         self.built_from: tuple[int, list[int]] | None = None
         self.metas: list[Any] = []
 
     def _membership(self) -> tuple[int, list[int]]:
-        return self.learner.starts, [i for _, i in self.rollouts.pool.slots()]
+        return self.learner.incarnation, [e.incarnation for e in self.rollouts.engines()]
 
     def _connect(self) -> None:
         """(Re)build the group from learner rank 0 and the current rollout actors."""
-        cfg, workers = self.cfg, self.learner.workers
-        slots = self.rollouts.pool.slots()
+        cfg, ranks, engines = self.cfg, self.learner.ranks(), self.rollouts.engines()
         tp = cfg.rollout.tensor_parallel_size if cfg.rollout.engine == "vllm" else 1
-        offsets = rank_offsets([tp] * len(slots))
-        address, port = self._one(workers[0].rendezvous.remote(), "learner rank 0", "rendezvous")
+        offsets = rank_offsets([tp] * len(engines))
+        address, port = self._one(ranks[0].rendezvous.remote(), _rank(0), "rendezvous")
         on_gpus = cfg.learner.num_gpus > 0 and cfg.rollout.num_gpus > 0
-        info = GroupInfo(address, port, 0, 1 + tp * len(slots), cfg.weights.bucket_mb << 20,
+        info = GroupInfo(address, port, 0, 1 + tp * len(engines), cfg.weights.bucket_mb << 20,
                          self.timeout_s, "cuda" if on_gpus else "cpu")
-        calls = {workers[0].open_weight_group.remote(info): _Member("learner rank 0")}
-        calls |= {w.open_weight_group.remote(None): _Member(f"learner rank {r}")
-                  for r, w in enumerate(workers) if r}
-        for i, ((actor, incarnation), offset) in enumerate(zip(slots, offsets, strict=True)):
-            joined = actor.init_weight_transfer.remote(dataclasses.replace(info, rank=offset))
-            calls[joined] = _Member(self._name(i), i, incarnation)
+        calls = {ranks[0].open_weight_group.remote(info): _rank(0)}
+        calls |= {w.open_weight_group.remote(None): _rank(r) for r, w in enumerate(ranks) if r}
+        for engine, offset in zip(engines, offsets, strict=True):
+            member = dataclasses.replace(info, rank=offset)
+            calls[engine.actor.init_weight_transfer.remote(member)] = _engine(engine)
         self._phase("rendezvous", calls)
-        self.metas = self._one(workers[0].weight_metadata.remote(), "learner rank 0",
-                               "metadata")
+        self.metas = self._one(ranks[0].weight_metadata.remote(), _rank(0), "metadata")
         self.built_from = self._membership()
 
     def sync(self, version: int) -> dict[str, float]:
         """Send weight version `version` to every engine (see the module docstring)."""
         # No other thread submits generation while the group is busy: vLLM must not generate
         # between the start and the finish of an update.
-        with self.rollouts.pool.exclusive():
+        with self.rollouts.exclusive():
             for attempt in (1, 2):
                 try:
                     if self.built_from != self._membership():
@@ -130,22 +134,18 @@ class CollectiveSync:
         raise AssertionError("unreachable")
 
     def _sync(self, version: int) -> dict[str, float]:
-        slots = self.rollouts.pool.slots()
+        engines = self.rollouts.engines()
         started = time.perf_counter()
-        self._phase("start", {
-            actor.start_weight_update.remote(version): _Member(self._name(i), i, inc)
-            for i, (actor, inc) in enumerate(slots)
-        })
-        senders = {w.send_weights.remote(): _Member(f"learner rank {r}")
+        self._phase("start", {e.actor.start_weight_update.remote(version): _engine(e)
+                              for e in engines})
+        senders = {w.send_weights.remote(): _rank(r)
                    for r, w in enumerate(self.learner.senders())}
-        receivers = {actor.update_weights.remote(self.metas): _Member(self._name(i), i, inc)
-                     for i, (actor, inc) in enumerate(slots)}
+        receivers = {e.actor.update_weights.remote(self.metas): _engine(e) for e in engines}
         results = self._phase("transfer", senders | receivers)
         stats: SendStats = results[next(iter(senders))]
         self._phase("finish", {
-            actor.finish_weight_update.remote(version, stats.checksums):
-                _Member(self._name(i), i, inc)
-            for i, (actor, inc) in enumerate(slots)
+            e.actor.finish_weight_update.remote(version, stats.checksums): _engine(e)
+            for e in engines
         })
         return transfer_metrics(stats.bytes, time.perf_counter() - started)
 
@@ -153,9 +153,9 @@ class CollectiveSync:
         """Replace every engine that died or is stuck in the group (only killing it frees it);
         a stuck learner rank is the learner's failure. The group is rebuilt next attempt."""
         for member in err.dead + err.stuck:
-            if member.slot is not None:
-                self.rollouts.pool.replace(member.slot, member.incarnation)
-        learner = [m for m in err.stuck if m.slot is None]
+            if member.engine is not None:
+                self.rollouts.replace(member.engine)
+        learner = [m for m in err.stuck if m.engine is None]
         if learner:
             raise LearnerFailed(f"{learner[0].name} did not finish the weight transfer in time")
         self.built_from = None
@@ -175,7 +175,7 @@ class CollectiveSync:
             try:
                 results[ready[0]] = ray.get(ready[0], timeout=0)
             except RayActorError as error:
-                if calls[ready[0]].slot is None:
+                if calls[ready[0]].engine is None:
                     raise LearnerFailed(f"{calls[ready[0]].name} died during weight {phase}: "
                                         f"{first_line(error)}") from None
                 dead.append(calls[ready[0]])
@@ -195,57 +195,43 @@ class CollectiveSync:
             raise SyncFailed(failure, dead, stuck)
         return results
 
-    def _one(self, ref: Any, who: str, phase: str) -> Any:
-        return self._phase(phase, {ref: _Member(who)})[ref]
-
-    def _name(self, slot: int) -> str:
-        return f"rollout actor {self.rollouts.pool.names()[slot]}"
+    def _one(self, ref: Any, who: _Member, phase: str) -> Any:
+        return self._phase(phase, {ref: who})[ref]
 
 
 class IPCSync(CollectiveSync):
     """Colocated vLLM engines read packed buckets straight out of the learner ranks' GPU
-    memory (vLLM's ipc backend): per bucket, every learner rank packs it on its own GPU and
+    memory (rlrun.weights.ipc): per bucket, every learner rank packs it on its own GPU and
     hands out a CUDA IPC handle, and every engine copies from the handle of the GPU it sits
     on. The phases, deadlines and recovery are the collective backend's."""
 
     def _connect(self) -> None:
-        slots = self.rollouts.pool.slots()
         info = GroupInfo("", 0, 0, 0, self.cfg.weights.bucket_mb << 20, self.timeout_s, "cuda")
-        self._phase("rendezvous", {
-            actor.init_weight_transfer.remote(info): _Member(self._name(i), i, inc)
-            for i, (actor, inc) in enumerate(slots)
-        })
+        self._phase("rendezvous", {e.actor.init_weight_transfer.remote(info): _engine(e)
+                                   for e in self.rollouts.engines()})
         self.built_from = self._membership()
 
     def _sync(self, version: int) -> dict[str, float]:
-        slots = self.rollouts.pool.slots()
-        workers = self.learner.workers
+        engines, ranks = self.rollouts.engines(), self.learner.ranks()
         started, nbytes = time.perf_counter(), 0
-        self._phase("start", {
-            actor.start_weight_update.remote(version): _Member(self._name(i), i, inc)
-            for i, (actor, inc) in enumerate(slots)
-        })
-        buckets = self._learner_phase("transfer", [w.begin_ipc.remote() for w in workers])[0]
+        self._phase("start", {e.actor.start_weight_update.remote(version): _engine(e)
+                              for e in engines})
+        buckets = self._learner_phase("transfer", [w.begin_ipc.remote() for w in ranks])[0]
         for metas in buckets:
             handles: dict[str, Any] = {}
             for part in self._learner_phase("transfer",
-                                            [w.ipc_bucket.remote(metas) for w in workers]):
+                                            [w.ipc_bucket.remote(metas) for w in ranks]):
                 handles |= part
-            self._phase("transfer", {
-                actor.update_weights.remote(metas, handles): _Member(self._name(i), i, inc)
-                for i, (actor, inc) in enumerate(slots)
-            })
+            self._phase("transfer", {e.actor.update_weights.remote(metas, handles): _engine(e)
+                                     for e in engines})
             nbytes += sum(m.nbytes for m in metas)
-        self._learner_phase("transfer", [w.end_ipc.remote() for w in workers])
-        self._phase("finish", {
-            actor.finish_weight_update.remote(version, []): _Member(self._name(i), i, inc)
-            for i, (actor, inc) in enumerate(slots)
-        })
+        self._learner_phase("transfer", [w.end_ipc.remote() for w in ranks])
+        self._phase("finish", {e.actor.finish_weight_update.remote(version, []): _engine(e)
+                               for e in engines})
         return transfer_metrics(nbytes, time.perf_counter() - started)
 
     def _learner_phase(self, phase: str, refs: list[Any]) -> list[Any]:
-        members = {ref: _Member(f"learner rank {r}") for r, ref in enumerate(refs)}
-        results = self._phase(phase, members)
+        results = self._phase(phase, {ref: _rank(r) for r, ref in enumerate(refs)})
         return [results[ref] for ref in refs]
 
 

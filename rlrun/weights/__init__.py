@@ -1,18 +1,24 @@
-"""Versioned weight sync from the learner to the rollout engines, behind one interface."""
+"""Versioned weight sync from the learner to the rollout engines: one module per backend, each
+holding its sending and its receiving half (`actors.weight_sync` adds only deadlines and fault
+handling around them).
+
+- `object_store` (rlrun.weights.object_store): learner rank 0 puts the state dict, every
+  rollout actor gets it. Any cluster; CPU runs and small models.
+- `collective` (rlrun.weights.collective): learner rank 0 broadcasts packed buckets to every
+  engine in one process group: gloo on CPU, NCCL on GPU. rlrun's HF engine receives with
+  `collective.Receiver`; vLLM receives through its own weight-transfer API, with its NCCL
+  engine on GPU and rlrun's gloo engine on CPU (rlrun.weights.vllm_gloo).
+- `ipc` (rlrun.weights.ipc): colocated vLLM engines copy each bucket out of the learner
+  ranks' GPU memory through CUDA IPC handles.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rlrun.weights.base import WeightReceiver, WeightSender, WeightUpdate, plain_state_dict
 
-BACKENDS = ("object_store",)
+BACKENDS = ("object_store", "collective", "ipc")
 # The name under which vLLM's weight-transfer factory knows rlrun's gloo engine (vLLM on CPU).
 VLLM_GLOO_BACKEND = "gloo"
-
-
-def _unknown(backend: str) -> str:
-    return f"unknown weight-sync backend {backend!r}; choose one of {', '.join(BACKENDS)}"
 
 
 def register_vllm_backends() -> None:
@@ -30,32 +36,12 @@ def register_vllm_backends() -> None:
         pass  # already registered in this process
 
 
-def make_sender(backend: str = "object_store", **kwargs: Any) -> WeightSender:
-    """The learner-side half of `backend`."""
-    if backend == "object_store":
-        from rlrun.weights.object_store import ObjectStoreSender
-
-        return ObjectStoreSender(**kwargs)
-    raise ValueError(_unknown(backend))
-
-
-def make_receiver(backend: str = "object_store") -> WeightReceiver:
-    """The rollout-side half of `backend`."""
-    if backend == "object_store":
-        from rlrun.weights.object_store import ObjectStoreReceiver
-
-        return ObjectStoreReceiver()
-    raise ValueError(_unknown(backend))
-
-
 __all__ = [
     "BACKENDS",
     "VLLM_GLOO_BACKEND",
     "WeightReceiver",
     "WeightSender",
     "WeightUpdate",
-    "make_receiver",
-    "make_sender",
     "plain_state_dict",
     "register_vllm_backends",
 ]

@@ -113,6 +113,16 @@ class VLLMChannel:
         self.comm.destroy()
 
 
+def sender_channel(info: GroupInfo, to_vllm_on_gpus: bool,
+                   device: torch.device) -> tuple[Channel, torch.device]:
+    """Rank 0's channel into the group, and the device its buckets are packed on: vLLM's own
+    NCCL communicator from the learner's GPU when the engines are vLLM on GPUs, else a torch
+    group (gloo on CPU: rlrun's receiver, or rlrun's gloo engine inside vLLM on CPU)."""
+    if to_vllm_on_gpus:
+        return VLLMChannel(info), device
+    return TorchChannel(info), torch.device(info.device)
+
+
 @dataclass
 class SendStats:
     bytes: int = 0

@@ -11,7 +11,7 @@ from actors.learner import LearnerFailed, LearnerGroup
 from rlrun import batching, checkpoint
 from rlrun.config import load_config
 from rlrun.models import resolve_model_path
-from rlrun.weights import make_receiver
+from rlrun.weights.object_store import ObjectStoreReceiver
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +62,7 @@ def shards(cfg, step: int = 0):
 
 def weights(group: LearnerGroup, version: int) -> dict[str, torch.Tensor]:
     update = group.publish(version)
-    return make_receiver(update.backend).receive(update)
+    return ObjectStoreReceiver().receive(update)
 
 
 @pytest.fixture(scope="module")

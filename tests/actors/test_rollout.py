@@ -7,7 +7,7 @@ from actors.rollout import RolloutGroup
 from rlrun.config import load_config
 from rlrun.engines import SamplingParams
 from rlrun.models import load_causal_lm, resolve_model_path
-from rlrun.weights import make_sender
+from rlrun.weights.object_store import ObjectStoreSender
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ def texts(out):
 
 def test_rollout_actors_generate_with_each_new_version(group, cfg, tiny_path, tmp_path_factory):
     sampling = SamplingParams.from_config(cfg.rollout.sampling, n=2, seed=7)
-    sender = make_sender("object_store")
+    sender = ObjectStoreSender()
     initial = group.generate(PROMPTS, sampling)
     assert group.versions() == [0, 0]
     group.load_weights(sender.publish(1, other_weights(cfg, tmp_path_factory)))
@@ -64,7 +64,7 @@ def test_rollout_actors_generate_with_each_new_version(group, cfg, tiny_path, tm
 
 def test_killing_an_actor_mid_request_loses_and_duplicates_nothing(group, cfg, tmp_path_factory):
     sampling = SamplingParams.from_config(cfg.rollout.sampling, n=2, seed=3)
-    group.load_weights(make_sender().publish(1, other_weights(cfg, tmp_path_factory)))
+    group.load_weights(ObjectStoreSender().publish(1, other_weights(cfg, tmp_path_factory)))
     expected = group.generate(PROMPTS, sampling)
     pending = group.submit(PROMPTS, sampling)
     ray.kill(group.pool.actors[0])

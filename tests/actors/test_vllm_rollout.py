@@ -19,7 +19,7 @@ from rlrun.engines import SamplingParams
 from rlrun.engines.hf import HFEngine
 from rlrun.models import resolve_model_path
 from rlrun.training import place, release
-from rlrun.weights import make_receiver
+from rlrun.weights.object_store import ObjectStoreReceiver
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +89,7 @@ def test_tp_engines_take_their_bundles_and_receive_weights_at_their_own_offsets(
         after = rollouts.generate(PROMPTS, GREEDY)
         update = learner.publish(0)
         reference = HFEngine(cluster, cfg.rollout)
-        reference.load_weights(1, make_receiver(update.backend).receive(update))
+        reference.load_weights(1, ObjectStoreReceiver().receive(update))
         assert greedy_ids(after) == greedy_ids(reference.generate(PROMPTS, GREEDY))
         assert greedy_ids(after) != greedy_ids(before)
 

@@ -20,7 +20,7 @@ from rlrun.config import load_config
 from rlrun.engines import SamplingParams
 from rlrun.engines.hf import HFEngine
 from rlrun.models import resolve_model_path
-from rlrun.weights import make_receiver
+from rlrun.weights.object_store import ObjectStoreReceiver
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,7 @@ def learner_greedy(groups: Groups, cfg, path: str):
     """What an engine holding the learner's current weights generates greedily."""
     update = groups.learner.publish(0)
     engine = HFEngine(path, cfg.rollout)
-    engine.load_weights(1, make_receiver(update.backend).receive(update))
+    engine.load_weights(1, ObjectStoreReceiver().receive(update))
     return [[c.response_ids for c in g] for g in engine.generate(PROMPTS, GREEDY)]
 
 

@@ -2,7 +2,9 @@ import pytest
 import ray
 import torch
 
-from rlrun.weights import WeightUpdate, make_receiver, make_sender, plain_state_dict
+from rlrun.config import CHOICES
+from rlrun.weights import BACKENDS, WeightUpdate, plain_state_dict
+from rlrun.weights.object_store import ObjectStoreReceiver, ObjectStoreSender
 
 pytestmark = pytest.mark.slow
 
@@ -16,7 +18,7 @@ class Publisher:
 
     def publish(self, version: int) -> WeightUpdate:
         weights = {"module.w": torch.full((256, 256), float(version)), "b": torch.arange(3.0)}
-        return make_sender("object_store").publish(version, weights)
+        return ObjectStoreSender().publish(version, weights)
 
 
 @ray.remote(num_cpus=0)
@@ -24,7 +26,7 @@ class Reader:
     """Stands where a rollout actor stands."""
 
     def load(self, update: WeightUpdate) -> dict[str, torch.Tensor]:
-        return make_receiver(update.backend).receive(update)
+        return ObjectStoreReceiver().receive(update)
 
 
 def test_the_record_the_driver_relays_is_a_reference_not_the_weights(ray_cluster):
@@ -44,6 +46,11 @@ def test_plain_state_dict_strips_wrapper_prefixes():
     assert set(out) == {"x", "y"} and not out["x"].requires_grad
 
 
-def test_an_unknown_backend_is_named():
-    with pytest.raises(ValueError, match="object_store"):
-        make_sender("carrier-pigeon")
+def test_config_offers_the_backends_rlrun_weights_has():
+    assert CHOICES["weights.backend"] == BACKENDS
+
+
+def test_an_update_of_another_backend_is_refused():
+    with pytest.raises(ValueError, match="weight update of backend 'collective' sent to "
+                                         "object_store"):
+        ObjectStoreReceiver().receive(WeightUpdate(1, "collective"))
