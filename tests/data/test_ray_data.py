@@ -12,7 +12,7 @@ from rlrun.data import DataError, load_problems
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = False

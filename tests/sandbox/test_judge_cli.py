@@ -130,7 +130,7 @@ def test_ray_pool_gives_the_same_records_as_the_local_judge(tmp_path):
     _write(src, LINES)
     outs = {}
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         for actors in ("0", "2"):
             out = tmp_path / f"out{actors}.jsonl"
             assert main(["judge", str(src), "--out", str(out), "--actors", actors,
