@@ -86,7 +86,7 @@ class AlgoConfig:
     ratio_level: str = "token"  # token (one ratio pi/pi_old per token) | sequence (GSPO: exp of the mean token log-ratio per sequence)
     clip_low: float = 0.2  # epsilon: ratio lower bound 1 - clip_low
     clip_high: float = 0.2  # epsilon_high: ratio upper bound 1 + clip_high (DAPO clip-higher: 0.28)
-    dual_clip: float | None = None  # dual-clip constant c > 1 for negative advantages (null: off)
+    dual_clip: float | None = None  # dual-clip constant c > 1: caps the unclipped ratio at c (TRL's delta), which bounds negative-advantage losses; below 1 + clip_high it binds for positive ones too (null: off)
     cispo_cap: float = 5.0  # cispo: upper cap on the detached ratio weighting each token's log-prob gradient
     sapo_tau_pos: float = 1.0  # sapo: gate temperature for tokens with positive advantage
     sapo_tau_neg: float = 1.05  # sapo: gate temperature for tokens with zero or negative advantage
@@ -167,7 +167,7 @@ class LearnerConfig:
     master_dtype: str = "float32"  # dtype of the trained weights and optimizer state (compute runs in model.dtype)
     cpu_offload: bool = False  # fsdp2: keep sharded weights and optimizer state in CPU memory between uses
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more compute
-    attention: str = "sdpa"  # sdpa | eager | flash_attention_2 (packs responses by position ids; needs flash-attn)
+    attention: str = "sdpa"  # sdpa | eager | flash_attention_2 (needs flash-attn and learner.num_gpus > 0; takes no block mask, so learner.shared_prompt_forward falls back to one padded row per sample)
     lora: LoraConfig = field(default_factory=LoraConfig)
     max_failures: int = 1  # restarts of the learner group from its latest checkpoint
     timeout_s: float = 1800.0  # deadline of one call to the ranks (a step, a save); later is a failure

@@ -13,6 +13,8 @@ def ray_cluster(request, tmp_path_factory):
 
     os.environ["RLRUN_CACHE"] = str(tmp_path_factory.mktemp("models"))
     namespace = getattr(request.module, "RAY_NAMESPACE", "rlrun-test")
-    ray.init(num_cpus=2, namespace=namespace, include_dashboard=False, log_to_driver=False)
+    # "local": a Ray of its own, never one another test process started.
+    ray.init(address="local", num_cpus=2, namespace=namespace, include_dashboard=False,
+             log_to_driver=False)
     yield
     ray.shutdown()

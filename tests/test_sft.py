@@ -78,7 +78,7 @@ def test_sft_in_ray_train_stops_at_the_accuracy_target(tmp_path) -> None:
     problems = arithmetic_problems(400, 0)
     train, val = problems[:368], problems[368:]
     path = resolve_model_path(cfg.model, str(tmp_path / "models"))
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     try:
         result = run_sft(cfg, path, train, val)
     finally:

@@ -32,7 +32,7 @@ GREEDY = SamplingParams(temperature=0.0, max_new_tokens=6)
 def cluster(tmp_path_factory):
     """A local Ray with 5 logical GPUs whose workers import the stand-in as `vllm`."""
     path = os.pathsep.join([str(STAND_INS), os.environ.get("PYTHONPATH", "")])
-    ray.init(num_cpus=2, num_gpus=5, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=2, num_gpus=5, include_dashboard=False, log_to_driver=False,
              namespace="rlrun-test-vllm",
              runtime_env={"env_vars": {"PYTHONPATH": path,
                                        "RLRUN_VLLM_STAND_IN_TIMEOUT_S": "30"}})

@@ -1209,8 +1209,8 @@ def ray_gpus() -> Iterator[None]:
     """A local Ray with 2 CPUs and 4 logical GPUs, for placement groups with GPU bundles."""
     import ray
 
-    ray.init(num_cpus=2, num_gpus=4, namespace="rlrun-test-vllm", include_dashboard=False,
-             log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=4, namespace="rlrun-test-vllm",
+             include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:
