@@ -109,8 +109,11 @@ def test_a_short_run_with_another_weight_path_trains_and_syncs(ray_cluster, tmp_
     # log-probs are the learner's to round-off.
     assert all(r["async/staleness_max"] == 0 for r in train_rows)
     assert all(r["sync/logprob_gap_max"] < 1e-4 for r in train_rows)
+    # vLLM takes one chunk per actor, so every engine samples; the HF engine's chunks are
+    # rollout.batch_size sequences, and this small batch is one.
     engines = {k for r in train_rows for k in r if k.startswith("sync/logprob_gap_max/")}
-    assert engines == {f"sync/logprob_gap_max/{i}" for i in range(cfg.rollout.num_actors)}
+    every = {f"sync/logprob_gap_max/{i}" for i in range(cfg.rollout.num_actors)}
+    assert engines == every if cfg.rollout.engine == "vllm" else engines == {min(every)}
 
 
 @pytest.mark.parametrize("engine", [

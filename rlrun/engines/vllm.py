@@ -193,6 +193,12 @@ class VLLMEngine:
         elif self.weights_backend == "ipc":
             init_info = {"packed": True}
         with self._lock:
+            if self._updating >= 0:
+                # A sync that failed after this engine's start (a peer died mid-transfer) left
+                # the session open, and vLLM releases no connection while one is: vLLM has no
+                # abort, so finish it. The sync that rebuilds the group sends every weight again.
+                self._updating = -1
+                self.llm.finish_weight_update()
             if self._transfer_ready:  # a rebuilt group (a member was replaced)
                 self.llm.shutdown_weight_transfer_engine()
             self.llm.init_weight_transfer_engine({"init_info": init_info})

@@ -119,3 +119,64 @@ def test_tensor_parallel_2_on_cpu_generates_what_one_rank_does(tmp_path) -> None
         tokens[tp] = [[s.response_ids for s in g] for g in before + after]
     assert tokens[2] == tokens[1]
     assert tokens[1][:3] != tokens[1][3:]
+
+
+@needs_vllm
+def test_a_group_rebuilt_while_an_update_is_open_takes_the_next_sync(tmp_path) -> None:
+    """A sync that fails after an engine started its update (a peer died mid-transfer) leaves
+    vLLM's session open, and vLLM refuses to release a connection while one is. Rebuilding the
+    group must still work, and the next sync must load the sender's weights."""
+    import socket
+    import threading
+
+    import torch
+
+    from rlrun.config import ModelConfig, RolloutConfig, TinyModelConfig
+    from rlrun.engines import SamplingParams
+    from rlrun.engines.hf import HFEngine
+    from rlrun.models import load_causal_lm, resolve_model_path
+    from rlrun.weights.collective import GroupInfo, TorchChannel, send
+    from rlrun.weights.source import WeightSource
+    from tests.engines.engine_process import EngineProcess
+
+    def group(engine) -> TorchChannel:
+        """This process as rank 0, the engine as rank 1, joined together."""
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        info = GroupInfo("127.0.0.1", port, 0, 2, 1 << 20, 60.0, "cpu")
+        joined = threading.Thread(target=engine.init_weight_transfer,
+                                  args=(GroupInfo(**{**info.__dict__, "rank": 1}),))
+        joined.start()
+        channel = TorchChannel(info)
+        joined.join()
+        return channel
+
+    path = resolve_model_path(ModelConfig(tiny=TinyModelConfig(num_heads=2)), str(tmp_path))
+    model = load_causal_lm(path)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=gen))
+    source = WeightSource(model, torch.float32)
+    engine = EngineProcess("vllm", path, RolloutConfig(engine="vllm", kv_cache_mb=64),
+                           "float32", weights_backend="collective")
+    try:
+        group(engine)
+        engine.start_weight_update(1)  # ... and the transfer never comes
+        channel = group(engine)  # rebuilt with the session still open
+        engine.start_weight_update(2)
+        receiving = threading.Thread(target=engine.update_weights, args=(source.metadata(),))
+        receiving.start()
+        stats = send(source, channel, 1 << 20, torch.device("cpu"), with_checksums=True)
+        receiving.join()
+        engine.finish_weight_update(2, stats.checksums)
+        greedy = SamplingParams(temperature=0.0, max_new_tokens=8)
+        got = engine.generate(["1+1=", "abc"], greedy)
+        assert engine.version == 2
+    finally:
+        engine.close()
+    reference = HFEngine(path, RolloutConfig())
+    reference.load_weights(2, dict(source))
+    want = reference.generate(["1+1=", "abc"], greedy)
+    assert [[s.response_ids for s in g] for g in got] == [[s.response_ids for s in g] for g in want]
