@@ -814,6 +814,26 @@ def test_removed_names_are_absent(source: WheelSource) -> None:
     assert not hits, hits
 
 
+def test_rlruns_plugin_hook_and_the_cpu_options_exist_in_the_gpu_release(
+    source: WheelSource, real: Tree
+) -> None:
+    """With rlrun installed, vLLM runs `rlrun.weights.register_vllm_backends` (a general plugin)
+    on GPUs too: the factory call it makes must be there, and vLLM must load general plugins.
+    The CPU options rlrun passes (rlrun.engines.vllm.cpu_options) are EngineArgs fields."""
+    factory = ast.parse(source.read(source.module_path(
+        "vllm.distributed.weight_transfer.factory")))
+    cls = next(n for n in factory.body
+               if isinstance(n, ast.ClassDef) and n.name == "WeightTransferEngineFactory")
+    register = next(n for n in cls.body
+                    if isinstance(n, ast.FunctionDef) and n.name == "register_engine")
+    assert [a.arg for a in register.args.args] == ["cls", "name", "module_path_or_cls",
+                                                   "class_name"]
+    plugins = source.read(source.module_path("vllm.plugins"))
+    assert 'DEFAULT_PLUGINS_GROUP = "vllm.general_plugins"' in plugins
+    fields = engine_args_defaults(real)
+    assert {"kv_cache_memory_bytes", "enforce_eager", "enable_chunked_prefill"} <= set(fields)
+
+
 # --- behaviour of the stand-in -----------------------------------------------------------------
 
 
