@@ -1,0 +1,458 @@
+"""Step-level checking of math solutions: every arithmetic claim of every step, evaluated exactly.
+
+A **step** is a line of the completion; blank lines are skipped, and a step's span is its line
+without the surrounding whitespace. Lines are how GSM8K writes its worked solutions (one
+computation a line) and how instruct models write theirs; a solution written as one paragraph
+is one step, wrong when any of its claims is.
+
+A **claim** is an equality the step writes down:
+
+- `a op b = c`, with + - * / (also `x`, `×`, `÷`, `·` between numbers, `\\times`, `\\cdot`,
+  `\\div`), parentheses and unary minus;
+- chains `a + b = c + d = e`: each `=` is one claim between the arithmetic on its two sides;
+- GSM8K's calculator annotations `<<48/2=24>>`, checked on their own; the text around them is
+  checked as if they were not there (`48/2 = <<48/2=24>>24` asserts 48/2 = 24 twice).
+
+Numbers may carry thousands commas (`80,000`), decimals (`1.5`, `.5`), a currency sign (`$`,
+`€`, `£`, which are ignored) and a percent sign. Fractions are divisions (`3/4`). A side of an
+`=` is the longest run of numbers, operators and parentheses next to it; words end a run. So
+`16 - 3 - 4 = 9 eggs` claims 16 - 3 - 4 = 9, while in `2 hours = 120 minutes` the `=` has no
+arithmetic on its left and claims nothing. An equality is a claim only when one side computes
+something (an operator, not a bare number): `60 = 1 hour` is a unit conversion, not arithmetic.
+
+Evaluation is exact (`fractions.Fraction`) by a hand-written tokenizer and recursive-descent
+parser; model text is never given to `eval`. An equality holds when both sides are equal, or
+when one side is a bare number written with d >= 1 decimals and lies within 10^-d of the exact
+value of the other (rounded or truncated: `10/3 = 3.33`). A percent is hundredths (`20% * 50 =
+10`), but a percent sign may also be a unit on a computed percentage (`30/120*100 = 25%`): the
+equality holds when either reading makes it hold.
+
+What a side cannot be checked on: a number with more than `MAX_DIGITS` digits, an intermediate
+value past `MAX_BITS` bits, more than `MAX_TOKENS` tokens or `MAX_DEPTH` nested parentheses,
+division by zero, an exponent (`^`, `**`: not supported, so `9^9^9^9` costs nothing), and a run
+that starts right after a word or with an operator after a word (`sqrt(16) + 2`, `eggs - 3`).
+The claim is then uncheckable, not wrong. Every limit bounds work per token, so checking a
+completion takes time linear in its length whatever the text.
+
+A step's verdict: `wrong` when any claim is false (whether or not the final answer depends on
+it), else `correct` when a claim was checked, else `uncheckable` (no arithmetic, or none that
+could be evaluated).
+
+`check_steps(text)` returns one `Step` per line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Literal
+
+StepVerdict = Literal["correct", "wrong", "uncheckable"]
+VERDICTS: tuple[str, ...] = ("correct", "wrong", "uncheckable")
+
+MAX_DIGITS = 30  # digits in one number
+MAX_BITS = 1024  # bits of an intermediate numerator or denominator
+MAX_TOKENS = 64  # tokens on one side of an equality
+MAX_DEPTH = 16  # nested parentheses and unary signs
+MAX_STEPS = 512  # lines checked per completion; the rest are uncheckable
+MAX_ANNOTATION = 200  # characters inside one <<...>>
+MAX_CLAIM_TEXT = 120  # characters of a claim's text kept in its record
+
+# GSM8K's calculator annotations. Bounded and without nested quantifiers: linear time.
+_ANNOTATION = re.compile(rf"<<([^<>\n]{{0,{MAX_ANNOTATION}}})>>")
+_CURRENCY = frozenset("$€£")  # signs that carry no value: read as blanks
+_OPS = {"+": "+", "-": "-", "−": "-", "–": "-", "*": "*", "/": "/", "×": "*", "÷": "/", "·": "*",
+        "(": "(", ")": ")"}
+_LATEX_OPS = {"\\times": "*", "\\cdot": "*", "\\div": "/"}
+_DIGITS = frozenset("0123456789")  # ASCII only: "²" is not a number here
+_POISON = frozenset("^")  # operators rlrun does not evaluate: a run holding one is uncheckable
+_VULGAR = {"½": Fraction(1, 2), "⅓": Fraction(1, 3), "⅔": Fraction(2, 3), "¼": Fraction(1, 4),
+           "¾": Fraction(3, 4), "⅕": Fraction(1, 5), "⅛": Fraction(1, 8)}
+# Words that make the number after them an operand of something before them: in "15 pages x
+# 1/3 = 5" the run next to "=" is not all the text computes. ("a total of 4 + 3 = 7" is.)
+_OPERATOR_WORDS = frozenset(["x", "X", "times", "plus", "minus", "per"])
+
+
+class Uncheckable(Exception):
+    """A side of a claim that cannot be evaluated within the limits."""
+
+
+@dataclass(frozen=True)
+class _Tok:
+    kind: str  # num | op | eq | word | bad
+    start: int
+    end: int
+    op: str = ""  # the operator (+ - * / ( )) of an op token
+    value: Fraction | None = None  # a num token's value (None: too many digits)
+    decimals: int = 0  # digits written after the decimal point
+    percent: bool = False
+    word: str = ""  # a word token's text
+    alpha: bool = False  # a word token of letters (or a LaTeX command)
+
+
+@dataclass
+class Claim:
+    """One equality a step writes down, and whether it holds."""
+
+    text: str  # the equality as written, whitespace squeezed
+    holds: bool | None  # None: a side could not be evaluated (see the module's limits)
+    source: str  # "text" or "annotation" (a GSM8K <<...>>)
+    # Character span of the right-hand side in the completion when it is a bare number (what
+    # an audit perturbs); None otherwise.
+    value_span: tuple[int, int] | None = None
+
+
+@dataclass
+class Step:
+    """One line of a completion and the verdict on its arithmetic."""
+
+    start: int  # character offset of its first non-blank character
+    end: int  # one past its last non-blank character
+    verdict: StepVerdict
+    claims: list[Claim] = field(default_factory=list)
+
+
+def split_steps(text: str) -> list[tuple[int, int]]:
+    """The (start, end) character spans of the steps of `text`: its non-blank lines, stripped."""
+    spans = []
+    pos = 0
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if stripped:
+            start = pos + (len(line) - len(line.lstrip()))
+            spans.append((start, start + len(stripped)))
+        pos += len(line) + 1
+    return spans
+
+
+def check_steps(text: str) -> list[Step]:
+    """Every step of `text` with its claims and verdict (the module docstring has the rules)."""
+    steps = []
+    for k, (start, end) in enumerate(split_steps(text)):
+        claims = check_line(text, start, end) if k < MAX_STEPS else []
+        steps.append(Step(start, end, step_verdict(claims), claims))
+    return steps
+
+
+def step_verdict(claims: list[Claim]) -> StepVerdict:
+    """wrong if a claim is false, correct if one was checked, else uncheckable."""
+    if any(c.holds is False for c in claims):
+        return "wrong"
+    if any(c.holds for c in claims):
+        return "correct"
+    return "uncheckable"
+
+
+def check_line(text: str, start: int, end: int) -> list[Claim]:
+    """The claims of `text[start:end]`: its annotations', then its text's with them blanked."""
+    claims: list[Claim] = []
+    surface = list(text[start:end])
+    for m in _ANNOTATION.finditer(text, start, end):
+        claims += _claims(text, m.start(1), m.end(1), "annotation")
+        # The annotation's printed value follows it: "<<48/2=24>>24" writes 24 as the text.
+        surface[m.start() - start : m.end() - start] = " " * (m.end() - m.start())
+    # Blank the annotations in a copy: offsets stay those of `text`.
+    blanked = text[:start] + "".join(surface) + text[end:]
+    claims += _claims(blanked, start, end, "text")
+    return claims
+
+
+def evaluate(expression: str) -> Fraction | None:
+    """The exact value of an arithmetic expression (percent as hundredths); None when it is
+    not one or is past the limits."""
+    toks = _tokenize(expression, 0, len(expression))
+    if not toks or any(t.kind not in ("num", "op") for t in toks):
+        return None
+    try:
+        return _Parser(toks, percent_unit=False).parse()
+    except Uncheckable:
+        return None
+
+
+# Tokenizer ---------------------------------------------------------------------------------
+
+
+def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
+    toks: list[_Tok] = []
+    i = start
+    while i < end:
+        ch = text[i]
+        if ch.isspace() or ch in _CURRENCY:
+            i += 1
+        elif ch in _DIGITS or ch in _VULGAR or (
+            ch == "." and i + 1 < end and text[i + 1] in _DIGITS
+        ):
+            tok, i = _number(text, i, end)
+            toks.append(tok)
+        elif ch == "=":
+            toks.append(_Tok("eq", i, i + 1))
+            i += 1
+        elif ch in _OPS:
+            toks.append(_Tok("op", i, i + 1, _OPS[ch]))
+            i += 1
+        elif ch in _POISON:
+            toks.append(_Tok("bad", i, i + 1))
+            i += 1
+        else:
+            # Letters make a word; punctuation stands alone ("7." ends a run, "3:2" splits one).
+            alpha = ch == "\\" or ch.isalpha()
+            j = i + 1
+            while alpha and j < end and text[j].isalpha():
+                j += 1
+            word = text[i:j]
+            if word in _LATEX_OPS:
+                toks.append(_Tok("op", i, j, _LATEX_OPS[word]))
+            elif word in ("x", "X") and _between_operands(toks, text, j, end):
+                toks.append(_Tok("op", i, j, "*"))
+            else:
+                toks.append(_Tok("word", i, j, word=word, alpha=alpha))
+            i = j
+    return toks
+
+
+def _between_operands(toks: list[_Tok], text: str, after: int, end: int) -> bool:
+    # "3 x 4": an x between a number (or a closing parenthesis) and a number or "(".
+    if not toks or not (toks[-1].kind == "num" or toks[-1].op == ")"):
+        return False
+    j = after
+    while j < end and (text[j].isspace() or text[j] in _CURRENCY):
+        j += 1
+    return j < end and (text[j] in _DIGITS or text[j] in "(.")
+
+
+def _digits(s: str) -> bool:
+    return bool(s) and all(c in _DIGITS for c in s)
+
+
+def _number(text: str, i: int, end: int) -> tuple[_Tok, int]:
+    """A number at text[i]: digits with thousands commas or plain digits, an optional decimal
+    part or vulgar fraction ("1½"), and percent sign. Past MAX_DIGITS digits its value is None."""
+    start = i
+    if text[i] in _VULGAR:
+        j = i + 1 + (i + 1 < end and text[i + 1] == "%")
+        return _Tok("num", i, j, value=_VULGAR[text[i]], percent=j == i + 2), j
+    j = i
+    while j < end and text[j] in _DIGITS:
+        j += 1
+    int_digits = text[i:j]
+    # Thousands groups: ",ddd" repeated after 1-3 leading digits, the last group not followed by
+    # another digit ("1,0000" is 1 and 0000, "3,4" is 3 and 4).
+    if 1 <= len(int_digits) <= 3:
+        groups = []
+        while (
+            j + 4 <= end and text[j] == "," and _digits(text[j + 1 : j + 4])
+            and not (j + 4 < end and text[j + 4] in _DIGITS)
+        ):
+            groups.append(text[j + 1 : j + 4])
+            j += 4
+        int_digits += "".join(groups)
+    frac_digits = ""
+    if j + 1 < end and text[j] == "." and text[j + 1] in _DIGITS:
+        k = j + 1
+        while k < end and text[k] in _DIGITS:
+            k += 1
+        frac_digits = text[j + 1 : k]
+        j = k
+    vulgar = _VULGAR.get(text[j], 0) if j < end and not frac_digits else 0
+    j += vulgar != 0
+    percent = j < end and text[j] == "%"
+    if percent:
+        j += 1
+    digits = len(int_digits) + len(frac_digits)
+    value = None
+    if digits <= MAX_DIGITS:
+        scale = 10 ** len(frac_digits)
+        value = Fraction(int(int_digits or "0") * scale + int(frac_digits or "0"), scale) + vulgar
+    return _Tok("num", start, j, value=value, decimals=len(frac_digits), percent=percent), j
+
+
+# Claims ------------------------------------------------------------------------------------
+
+
+def _claims(text: str, start: int, end: int, source: str) -> list[Claim]:
+    toks = _tokenize(text, start, end)
+    eqs = [k for k, t in enumerate(toks) if t.kind == "eq"]
+    claims = []
+    for k in eqs:
+        left = _run_before(toks, k)
+        right = _run_after(toks, k)
+        if left is None or right is None:
+            continue
+        claim = _check(text, toks, left, right, source)
+        if claim is not None:
+            claims.append(claim)
+    return claims
+
+
+def _arith(t: _Tok) -> bool:
+    return t.kind in ("num", "op", "bad")
+
+
+def _run_before(toks: list[_Tok], k: int) -> tuple[int, int] | None:
+    j = k
+    while j > 0 and _arith(toks[j - 1]):
+        j -= 1
+    return (j, k) if j < k else None
+
+
+def _run_after(toks: list[_Tok], k: int) -> tuple[int, int] | None:
+    j = k + 1
+    while j < len(toks) and _arith(toks[j]):
+        j += 1
+    return (k + 1, j) if j > k + 1 else None
+
+
+def _computes(toks: list[_Tok]) -> bool:
+    # An operator other than a parenthesis, or an unsupported one: the side does arithmetic.
+    return any((t.kind == "op" and t.op not in "()") or t.kind == "bad" for t in toks)
+
+
+def _check(
+    text: str, toks: list[_Tok], left: tuple[int, int], right: tuple[int, int], source: str
+) -> Claim | None:
+    lhs, rhs = toks[left[0] : left[1]], toks[right[0] : right[1]]
+    if not (_computes(lhs) or _computes(rhs)):
+        return None  # "60 = 1 hour": no arithmetic asserted
+    written = " ".join(text[lhs[0].start : rhs[-1].end].split())
+    if len(written) > MAX_CLAIM_TEXT:
+        written = written[: MAX_CLAIM_TEXT - 3] + "..."
+    value_span = (rhs[0].start, rhs[0].end) if len(rhs) == 1 and rhs[0].kind == "num" else None
+    try:
+        _guard_start(toks, left[0])
+        _guard_end(toks, right[1])
+        holds = _equal(lhs, rhs)
+    except Uncheckable:
+        return Claim(written, None, source, value_span)
+    return Claim(written, holds, source, value_span)
+
+
+def _guard_start(toks: list[_Tok], j: int) -> None:
+    """A run right after a word ("sqrt(16) + 2", "x2 + 1"), starting with an operator after a
+    word ("eggs - 3 = ...") or after an operator word ("pages x 1/3 = 5") is not the whole of
+    what the text computes."""
+    if j == 0:
+        return
+    before, first = toks[j - 1], toks[j]
+    if not before.alpha:
+        return
+    if before.end == first.start:
+        raise Uncheckable("a run attached to a word")
+    if first.kind == "op" and first.op != "(":
+        raise Uncheckable("a run that starts with an operator after a word")
+    if before.word in _OPERATOR_WORDS:
+        raise Uncheckable(f"a run after {before.word!r}")
+
+
+def _guard_end(toks: list[_Tok], j: int) -> None:
+    """A run followed by a one-letter word ("(5/2)x", "= 2x + 1") is a product with a variable."""
+    if j < len(toks) and toks[j].alpha and len(toks[j].word) == 1 \
+            and toks[j].start == toks[j - 1].end:
+        raise Uncheckable("a run attached to a variable")
+
+
+def _equal(lhs: list[_Tok], rhs: list[_Tok]) -> bool:
+    percent = any(t.percent for t in lhs + rhs)
+    for percent_unit in (False, True) if percent else (False,):
+        a = _Parser(lhs, percent_unit).parse()
+        b = _Parser(rhs, percent_unit).parse()
+        if a == b or _rounded(lhs, a, b, percent_unit) or _rounded(rhs, b, a, percent_unit):
+            return True
+    return False
+
+
+def _rounded(side: list[_Tok], written: Fraction, exact: Fraction, percent_unit: bool) -> bool:
+    """A bare number written with d >= 1 decimals within 10^-d of the exact value (rounded or
+    truncated)."""
+    if len(side) != 1 or side[0].kind != "num" or side[0].decimals == 0:
+        return False
+    tok = side[0]
+    tolerance = Fraction(1, 10**tok.decimals)
+    if tok.percent and not percent_unit:
+        tolerance /= 100
+    return abs(written - exact) < tolerance
+
+
+class _Parser:
+    """expr := term (("+" | "-") term)*;  term := unary (("*" | "/") unary)*;
+    unary := "-" unary | "+" unary | primary;  primary := number | "(" expr ")"."""
+
+    def __init__(self, toks: list[_Tok], percent_unit: bool) -> None:
+        if len(toks) > MAX_TOKENS:
+            raise Uncheckable(f"more than {MAX_TOKENS} tokens")
+        self.toks = toks
+        self.pos = 0
+        self.depth = 0
+        self.percent_unit = percent_unit
+
+    def parse(self) -> Fraction:
+        value = self._expr()
+        if self.pos != len(self.toks):
+            raise Uncheckable("not an arithmetic expression")
+        return value
+
+    def _peek(self) -> str:
+        if self.pos < len(self.toks):
+            t = self.toks[self.pos]
+            return t.op if t.kind == "op" else t.kind
+        return ""
+
+    def _expr(self) -> Fraction:
+        value = self._term()
+        while self._peek() in ("+", "-"):
+            op = self._peek()
+            self.pos += 1
+            rhs = self._term()
+            value = _bounded(value + rhs if op == "+" else value - rhs)
+        return value
+
+    def _term(self) -> Fraction:
+        value = self._unary()
+        while self._peek() in ("*", "/"):
+            op = self._peek()
+            self.pos += 1
+            rhs = self._unary()
+            if op == "/" and rhs == 0:
+                raise Uncheckable("division by zero")
+            value = _bounded(value * rhs if op == "*" else value / rhs)
+        return value
+
+    def _unary(self) -> Fraction:
+        if self._peek() in ("-", "+"):
+            op = self._peek()
+            self.pos += 1
+            self._enter()
+            value = self._unary()
+            self.depth -= 1
+            return -value if op == "-" else value
+        return self._primary()
+
+    def _primary(self) -> Fraction:
+        kind = self._peek()
+        if kind == "num":
+            t = self.toks[self.pos]
+            self.pos += 1
+            if t.value is None:
+                raise Uncheckable(f"a number of more than {MAX_DIGITS} digits")
+            return t.value / 100 if t.percent and not self.percent_unit else t.value
+        if kind == "(":
+            self.pos += 1
+            self._enter()
+            value = self._expr()
+            self.depth -= 1
+            if self._peek() != ")":
+                raise Uncheckable("unbalanced parentheses")
+            self.pos += 1
+            return value
+        raise Uncheckable("not an arithmetic expression")
+
+    def _enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise Uncheckable(f"more than {MAX_DEPTH} nested parentheses or signs")
+
+
+def _bounded(value: Fraction) -> Fraction:
+    if value.numerator.bit_length() > MAX_BITS or value.denominator.bit_length() > MAX_BITS:
+        raise Uncheckable(f"an intermediate value past {MAX_BITS} bits")
+    return value
