@@ -248,6 +248,7 @@ class RewardConfig:
     audit_before_training: bool = False  # run check-rewards on a sample before step 0
     audit_limit: int = 64  # problems the pre-training audit uses
     audit_min_pass_rate: float = 0.95  # reference pass rate under which the audit fails
+    step_rewards: bool = False  # check every step (line) of a math completion's arithmetic (rlrun.rewards.steps); check-rewards adds a step audit of the references
 
 
 @dataclass

@@ -3,7 +3,11 @@
 Runs the configured reward on the dataset's own reference answers and solutions and on
 deliberately wrong ones, prints the audit table, and ends with one summary line
 (`reference: 1319/1319 passed, wrong: 0/1319 passed`). Exits 1 when the reference pass rate is
-below `reward.audit_min_pass_rate`.
+below `reward.audit_min_pass_rate`. With `reward.step_rewards=true` it also checks the math
+references step by step, lists the reference steps that do not verify, perturbs each verified
+step's result and counts the perturbations caught at their step, in one line before the summary
+(`steps: ... verified, perturbed: .../... caught at their step (...)`); reference steps that do
+not verify are reported, not failed on (GSM8K's own references hold a few).
 
 Code is judged by a local `rlrun.sandbox.Judge` in this process (backend `sandbox.backend`,
 `sandbox.workers_per_actor` workers): the audit is a pre-flight check that needs no Ray cluster.
@@ -91,5 +95,7 @@ def main(args: argparse.Namespace) -> int:
             "reward rejects the dataset's own answers; check reward.math_extractor or the tests",
             file=sys.stderr,
         )
+    if report.steps is not None:
+        print(report.steps.summary())
     print(report.summary())
     return 0 if rate >= need else 1

@@ -17,6 +17,14 @@ For each problem with a reference:
 A row passes when every `reward.fns` component reaches full marks (1.0); a component that gave
 no score (None: a sandbox failure, a plug-in that does not apply) is not full marks. Shaping
 terms are left out: they judge the form of a completion, not its correctness.
+
+With `reward.step_rewards`, math references are also checked step by step
+(`rlrun.rewards.steps`): every checkable step of a reference should verify, and one that does
+not is listed. Then each verified step with a bare number on the right of an equality is
+perturbed on its own: that result is changed (+1), everywhere the step writes it (GSM8K writes
+it in the annotation and after it, `<<16-3-4=10>>10`), as a model that got this one
+computation wrong would write it. A perturbation is caught at its step when that step's
+verdict is `wrong` and no earlier step's verdict changed.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from rlrun.records import Problem, Sample
 from rlrun.rewards.errors import RewardError
 from rlrun.rewards.math import find_answer, normalize_number
 from rlrun.rewards.reward import Reward
+from rlrun.rewards.steps import Step, check_steps, evaluate
 
 FULL_MARKS = 1.0 - 1e-9
 
@@ -95,6 +104,126 @@ def audit_texts(problem: Problem, math_mode: str) -> tuple[str, str] | None:
     )
 
 
+def perturb_number(written: str) -> str:
+    """A bare number as written in a step, +1, with its decimals and percent sign kept:
+    "130,000" -> "130001", "1.50" -> "2.50", "25%" -> "26%"."""
+    percent = "%" if written.endswith("%") else ""
+    body = written.removesuffix("%")
+    value = evaluate(body)
+    if value is None:
+        raise ValueError(f"{written!r} is not a number")
+    value += 1
+    decimals = len(body.split(".")[1]) if "." in body else 0
+    if (value * 10**decimals).denominator != 1:
+        return f"{value.numerator}/{value.denominator}{percent}"  # "⅓" + 1 -> "4/3"
+    scaled = value * 10**decimals
+    digits = str(abs(scaled.numerator)).rjust(decimals + 1, "0")
+    sign = "-" if value < 0 else ""
+    if decimals:
+        return f"{sign}{digits[:-decimals]}.{digits[-decimals:]}{percent}"
+    return f"{sign}{digits}{percent}"
+
+
+def perturb_step(text: str, step: Step) -> str | None:
+    """`text` with the result of `step`'s first holding claim changed wherever the step writes
+    that value as a result; None when no holding claim has a bare number on its right."""
+    spans = [c.value_span for c in step.claims if c.holds and c.value_span is not None]
+    if not spans:
+        return None
+    value = evaluate(text[slice(*spans[0])])
+    same = [s for s in spans if evaluate(text[slice(*s)]) == value]
+    for start, end in sorted(set(same), reverse=True):
+        text = text[:start] + perturb_number(text[start:end]) + text[end:]
+    return text
+
+
+@dataclass
+class WrongStep:
+    """A reference step that does not verify, or a perturbation that was not caught."""
+
+    problem_id: str
+    step: int  # 0-based index among the completion's steps
+    text: str
+    claims: list[str]  # the claims that do not hold (a missed perturbation: the step's claims)
+
+
+@dataclass
+class StepAudit:
+    """The step audit of math references and of their perturbations (see the module doc)."""
+
+    completions: int = 0
+    steps: int = 0
+    verified: int = 0  # reference steps whose claims hold
+    wrong: list[WrongStep] = field(default_factory=list)  # reference steps with a false claim
+    perturbed: int = 0
+    caught: int = 0  # perturbations whose step is wrong, no earlier verdict changed
+    missed: list[WrongStep] = field(default_factory=list)
+
+    @property
+    def checkable(self) -> int:
+        return self.verified + len(self.wrong)
+
+    @property
+    def caught_rate(self) -> float:
+        return self.caught / self.perturbed if self.perturbed else 0.0
+
+    def summary(self) -> str:
+        return (
+            f"steps: {self.verified}/{self.checkable} checkable reference steps verified, "
+            f"perturbed: {self.caught}/{self.perturbed} caught at their step "
+            f"({self.caught_rate:.2%})"
+        )
+
+    def table(self, worst: int = 10) -> str:
+        lines = [
+            f"step audit of {self.completions} worked solutions: {self.steps} steps, "
+            f"{self.checkable} checkable, {self.verified} verified, {len(self.wrong)} wrong",
+            f"perturbed intermediate values: {self.perturbed}, caught at their step "
+            f"{self.caught} ({self.caught_rate:.2%})",
+        ]
+        for title, rows in (("reference steps that do not verify", self.wrong),
+                            ("perturbations not caught", self.missed)):
+            if rows:
+                lines.append(f"{title} ({min(worst, len(rows))} of {len(rows)}):")
+                for r in rows[:worst]:
+                    lines.append(f"  {r.problem_id} step {r.step + 1}: {_short(r.text, 90)}")
+                    lines.append(f"      claims: {'; '.join(r.claims)}")
+        return "\n".join(lines)
+
+
+def step_audit(problems: list[Problem]) -> StepAudit:
+    """Check every math problem's worked solution step by step, and each perturbation of it."""
+    audit = StepAudit()
+    for p in problems:
+        if p.kind != "math" or not p.reference:
+            continue
+        text = p.reference
+        steps = check_steps(text)
+        audit.completions += 1
+        audit.steps += len(steps)
+        for k, s in enumerate(steps):
+            if s.verdict == "correct":
+                audit.verified += 1
+            elif s.verdict == "wrong":
+                audit.wrong.append(WrongStep(
+                    p.id, k, text[s.start : s.end], [c.text for c in s.claims if c.holds is False]
+                ))
+        for k, s in enumerate(steps):
+            if s.verdict != "correct" or (changed := perturb_step(text, s)) is None:
+                continue
+            audit.perturbed += 1
+            after = check_steps(changed)
+            same_before = [x.verdict for x in after[:k]] == [x.verdict for x in steps[:k]]
+            if len(after) == len(steps) and after[k].verdict == "wrong" and same_before:
+                audit.caught += 1
+            else:
+                line = after[k] if k < len(after) else s
+                audit.missed.append(WrongStep(
+                    p.id, k, changed[line.start : line.end], [c.text for c in line.claims]
+                ))
+    return audit
+
+
 @dataclass
 class AuditRow:
     """One scored completion of the audit."""
@@ -114,6 +243,7 @@ class AuditReport:
 
     rows: list[AuditRow] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # problems without a reference
+    steps: StepAudit | None = None  # with reward.step_rewards: the step audit of the references
 
     def _case(self, case: str) -> list[AuditRow]:
         return [r for r in self.rows if r.case == case]
@@ -175,6 +305,8 @@ class AuditReport:
                     f"  {r.problem_id:<24} {r.case:<10} {r.score:>6.2f} {r.status:<14} "
                     f"{got} -> {_short(r.expected)}"
                 )
+        if self.steps is not None:
+            lines += ["", self.steps.table(worst)]
         return "\n".join(lines)
 
 
@@ -223,6 +355,8 @@ def run_audit(reward: Reward, problems: list[Problem], batch_size: int = 256) ->
                 extracted=check.extracted if check is not None else None,
                 expected=problem.answer if problem.kind == "math" else "all tests pass",
             ))
+    if reward.cfg.reward.step_rewards:
+        report.steps = step_audit(problems)
     return report
 
 

@@ -34,3 +34,12 @@ def test_humaneval_canonical_solutions_pass_in_the_sandbox(capsys):
     assert rc == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == (
         "reference: 8/8 passed, wrong: 0/8 passed")
+
+
+def test_step_rewards_add_the_step_audit_line_before_the_summary(capsys):
+    rc = main(["check-rewards", "reward.step_rewards=true", "--data", GSM8K, "--limit", "20"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0
+    assert lines[-1] == "reference: 20/20 passed, wrong: 0/20 passed"
+    assert lines[-2].startswith("steps: ") and lines[-2].endswith("caught at their step (100.00%)")
+    assert any(line.startswith("step audit of 20 worked solutions") for line in lines)

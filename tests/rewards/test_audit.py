@@ -10,9 +10,13 @@ from rlrun.rewards.audit import (
     math_reference,
     math_wrong,
     perturb_answer,
+    perturb_number,
+    perturb_step,
     run_audit,
+    step_audit,
     truncate_program,
 )
+from rlrun.rewards.steps import check_steps
 from rlrun.sandbox import Judge
 
 from .helpers import FIXTURES, config, math_problem, plugin
@@ -105,3 +109,50 @@ def test_audit_before_training_raises_with_the_summary_and_the_way_out():
         audit_before_training(build_reward(cfg, None), problems)
     report = audit_before_training(build_reward(config("reward.audit_limit=4"), None), problems)
     assert report.summary() == "reference: 4/4 passed, wrong: 0/4 passed"
+
+
+@pytest.mark.parametrize(
+    ("written", "changed"),
+    [("9", "10"), ("130,000", "130001"), ("1.50", "2.50"), ("25%", "26%"), (".5", "1.5"),
+     ("⅓", "4/3")],
+)
+def test_perturb_number_adds_one_keeping_decimals_and_percent(written, changed):
+    assert perturb_number(written) == changed
+
+
+def test_perturb_step_changes_the_result_wherever_the_step_writes_it():
+    text = "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = 18\n#### 18"
+    first = check_steps(text)[0]
+    assert perturb_step(text, first) == (
+        "Janet sells 16 - 3 - 4 = <<16-3-4=10>>10 duck eggs a day.\nShe makes 9 * 2 = 18\n#### 18")
+    assert perturb_step(text, check_steps(text)[2]) is None  # "#### 18" claims nothing
+
+
+def test_step_audit_lists_reference_steps_that_do_not_verify():
+    p = math_problem("typo", "12")
+    p.reference = "She had 32 - 20 = 300 left.\nSo 300 - 288 = 12\n#### 12"
+    audit = step_audit([p])
+    assert (audit.steps, audit.checkable, audit.verified) == (3, 2, 1)
+    assert [(w.problem_id, w.step, w.claims) for w in audit.wrong] == [
+        ("typo", 0, ["32 - 20 = 300"])]
+    assert "typo step 1: She had 32 - 20 = 300 left." in audit.table()
+    # the verified step is perturbed and caught; the wrong one is not perturbed
+    assert (audit.perturbed, audit.caught) == (1, 1)
+
+
+def test_gsm8k_subset_step_audit_verifies_every_checkable_step_and_catches_every_perturbation():
+    problems = _gsm8k()
+    report = run_audit(build_reward(config("reward.step_rewards=true"), None), problems)
+    steps = report.steps
+    assert steps is not None and not steps.wrong and not steps.missed
+    assert steps.verified == steps.checkable > 3 * len(problems)
+    assert steps.perturbed >= steps.verified - 2 and steps.caught == steps.perturbed
+    assert steps.summary() == (
+        f"steps: {steps.verified}/{steps.verified} checkable reference steps verified, "
+        f"perturbed: {steps.perturbed}/{steps.perturbed} caught at their step (100.00%)")
+    assert "step audit of 50 worked solutions" in report.table()
+
+
+def test_without_step_rewards_the_audit_has_no_step_section():
+    report = run_audit(build_reward(config(), None), _gsm8k()[:3])
+    assert report.steps is None and "step audit" not in report.table()
