@@ -30,9 +30,11 @@ demo: $(STAMP)
 	rm -rf runs/demo
 	$(BIN)/rlrun train conf/demo.yaml
 
+# Two pytest-xdist workers; tests/conftest.py keeps each module on one worker and the
+# multi-node cluster modules on the same one.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -4,6 +4,32 @@ import os
 
 import pytest
 
+# Modules whose tests start multi-node clusters (network-namespace hosts, `ray start --head`):
+# under pytest-xdist they share one worker, so two of them never compete for the cores.
+CLUSTER_MODULES = {
+    "tests/infra/test_sagemaker_cluster.py",
+    "tests/test_job_submit.py",
+    "tests/test_shared_cluster.py",
+}
+# Modules whose tests are independent processes of their own: each test may run on either
+# worker.
+SPREAD_MODULES = {"tests/benchmarks/test_smoke.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs two pytest-xdist workers with `--dist loadgroup`. A module's tests stay
+    on one worker, in order, so its module-scoped fixtures (a Ray cluster, an engine) start
+    once; the multi-node modules share one worker (CLUSTER_MODULES)."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if module in CLUSTER_MODULES:
+            group = "clusters"
+        elif module in SPREAD_MODULES:
+            group = item.nodeid
+        else:
+            group = module
+        item.add_marker(pytest.mark.xdist_group(group))
+
 
 @pytest.fixture(scope="module")
 def ray_cluster(request, tmp_path_factory):
