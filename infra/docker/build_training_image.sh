@@ -162,6 +162,7 @@ else
         fi
     }
     trap cleanup EXIT
+    trap 'exit 130' INT TERM  # through the EXIT trap: mounts undone, the build directory removed
     tar --numeric-owner -C "$rootfs" -xf "$base_tarball"
     cp -L /etc/resolv.conf "$rootfs/etc/resolv.conf"
     pip_cert="${RLRUN_PIP_CERT:-${PIP_CERT:-}}"

@@ -9,6 +9,8 @@
 #   imports     torch and vLLM, the vLLM modules rlrun calls (engine, platform, weight-transfer
 #               factory and NCCL engine), and rlrun's vLLM engine, weight-transfer and learner
 #               modules, with no GPU (torch.cuda.is_available() is False)
+#   paths       python, ray and rlrun are the environment's, also in a login shell (KubeRay's
+#               `bash -lc` ray start)
 #   recipes     `rlrun config show` and `rlrun plan` for every recipe in the image's conf/ (GPU
 #               recipes with --gpu for the GPU their name or header gives; each must FIT)
 #   sm-no-gpu   the SageMaker entrypoint as SageMaker starts it (`train`, recipe in the job's
@@ -35,7 +37,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 version="$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$repo/pyproject.toml" | head -n 1)"
 image="${1:-${RLRUN_TRAINING_IMAGE:-rlrun:${version:-latest}}}"
 shift || true
-all=(versions pip-check imports recipes sm-no-gpu sm-cpu-node sm-demo sm-demo-arithmetic)
+all=(versions pip-check imports paths recipes sm-no-gpu sm-cpu-node sm-demo sm-demo-arithmetic)
 checks=("$@")
 [ ${#checks[@]} -gt 0 ] || checks=("${all[@]}")
 work="$(mktemp -d /tmp/rlrun-image-check.XXXXXX)"
@@ -105,6 +107,16 @@ print(f"torch {torch.__version__} (CUDA {torch.version.cuda}, no GPU visible), v
       f"(platform {type(current_platform).__name__}); rlrun.engines.vllm, rlrun.weights.{{collective,ipc,vllm_gloo}}, "
       "rlrun.policy_model, rlrun.policy_update, actors.{learner,rollout,weight_sync} import")
 ' 2>&1)"; then pass imports "$(tail -n 1 <<<"$out")"; else fail imports "$(tail -n 5 <<<"$out")"; fi
+}
+
+check_paths() {
+    local out want="/opt/venv/bin/python /opt/venv/bin/ray /opt/venv/bin/rlrun"
+    out="$(in_image /bin/bash -lc 'command -v python ray rlrun' 2>&1 | tr '\n' ' ')"
+    if [ "${out% }" = "$want" ]; then
+        pass paths "a login shell finds $want"
+    else
+        fail paths "a login shell finds: ${out:-nothing} (want $want)"
+    fi
 }
 
 check_recipes() {
@@ -242,7 +254,7 @@ check_sm_demo_arithmetic() {
 started=$SECONDS
 for c in "${checks[@]}"; do
     case "$c" in
-        versions | pip-check | imports | recipes | sm-no-gpu | sm-cpu-node | sm-demo | sm-demo-arithmetic)
+        versions | pip-check | imports | paths | recipes | sm-no-gpu | sm-cpu-node | sm-demo | sm-demo-arithmetic)
             "check_${c//-/_}" ;;
         *) say "unknown check '$c' (${all[*]})"; exit 2 ;;
     esac

@@ -7,7 +7,7 @@
 # Usage: bash infra/docker/training/install.sh STEP...   (as root, from /opt/rlrun)
 #   system  Debian 12 packages: python3 (3.11), python3-venv, g++ (the sandbox's C++ tests run
 #           in-process in this image), and a virtual environment in $RLRUN_VENV (Debian's own
-#           python3 refuses `pip install` into the system, PEP 668)
+#           python3 refuses `pip install` into the system, PEP 668), first on login shells' PATH
 #   deps    the GPU dependency set (vLLM and the CUDA builds of torch) into the environment, as
 #           pinned by infra/docker/constraints-gpu.txt, from pyproject.toml with the packages
 #           left empty, so that a change to the code does not reinstall them
@@ -36,6 +36,9 @@ step_system() {
     apt-get update
     apt-get install -y --no-install-recommends "${apt_packages[@]}"
     python3 -m venv "$venv"
+    # The Dockerfile puts $venv/bin first on PATH, but a login shell (KubeRay starts Ray with
+    # `bash -lc`) resets PATH in /etc/profile, which then reads this.
+    echo "export PATH=\"$venv/bin:\$PATH\"" >/etc/profile.d/rlrun-venv.sh
 }
 
 step_deps() {
