@@ -26,6 +26,7 @@ from rlrun.algo import (
     normalized_sum,
     plan_minibatches,
     scale_negative,
+    step_advantages,
 )
 from rlrun.records import ScoredSample
 
@@ -58,6 +59,9 @@ class TrainSample:
     # now, so its behaviour log-probs must equal the learner's (`sync/logprob_gap_max/<slot>`);
     # -1: sampled with other weights, or not by a rollout actor.
     engine: int = -1
+    # [len(response_ids)] per-token advantages with `algo.step_advantage` (the outcome
+    # `advantage` plus the step parts); None: every token has `advantage`.
+    token_advantages: list[float] | None = None
 
 
 @dataclass
@@ -154,11 +158,16 @@ def to_train_samples(
     weights: dict[str, float] | None = None,
     mask_truncated: bool = False,
     version: int | None = None,
+    step_rule: str = "none",
+    step_coef: float = 0.0,
 ) -> list[TrainSample]:
     """Flatten groups into samples carrying their group-relative advantage, negative
     advantages multiplied by `negative_scale`; with `mask_truncated`, a completion cut at the
     token limit is kept out of the loss (its reward still counts in its group's statistics).
 
+    With `step_rule` local or min (`algo.step_advantage`), a scored sample whose reward placed
+    parts at token positions gets `token_advantages`: `rlrun.algo.step_advantages` of its
+    outcome advantage and parts, weighted by `step_coef`.
     With `weights` (`reward.aggregation: normalize_then_sum`, one weight per component name) the
     advantages are TRL's normalize_then_sum of the components and `scale_rewards` does not apply.
     `version` is the learner's weight version: samples made entirely by it keep their engine.
@@ -184,7 +193,29 @@ def to_train_samples(
                         v == version for v in s.sample.versions()) else -1,
                 )
             )
+    if step_rule != "none":
+        _add_step_advantages(out, [s for g in groups for s in g.scored], step_rule, step_coef)
     return out
+
+
+def _add_step_advantages(
+    samples: list[TrainSample], scored: list[ScoredSample], rule: str, coef: float
+) -> list[TrainSample]:
+    """Set `token_advantages` on the samples whose scored twin has token rewards."""
+    rows = [i for i, s in enumerate(scored) if s.reward is not None and s.token_rewards]
+    if not rows:
+        return samples
+    length = max(len(samples[i].response_ids) for i in rows)
+    parts = torch.full((len(rows), length), math.nan)  # [n, L]
+    for r, i in enumerate(rows):
+        for part in scored[i].token_rewards:
+            if 0 <= part.position < len(samples[i].response_ids):
+                parts[r, part.position] = part.value
+    outcome = torch.tensor([samples[i].advantage for i in rows])  # [n]
+    per_token = step_advantages(outcome, parts, rule, coef)  # [n, L]
+    for r, i in enumerate(rows):
+        samples[i].token_advantages = per_token[r, : len(samples[i].response_ids)].tolist()
+    return samples
 
 
 def make_shards(

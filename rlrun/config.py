@@ -110,6 +110,8 @@ class AlgoConfig:
     filter_equal_groups: bool = False  # drop groups whose rewards are all equal, topping up the batch
     max_topup_rounds: int = 4  # extra generation rounds to refill a filtered batch
     max_staleness: int = 0  # 0: synchronous on-policy; k: samples up to k weight versions old are used
+    step_advantage: str = "none"  # none (one advantage per completion) | local (each token adds step_coef x the part of the step it is in: reward.step_rewards) | min (PURE's min-form: step_coef x the smallest part of its step and every later step)
+    step_coef: float = 0.1  # weight of the step parts against the group-normalised outcome advantage (step_advantage local or min)
 
 
 @dataclass
@@ -248,7 +250,9 @@ class RewardConfig:
     audit_before_training: bool = False  # run check-rewards on a sample before step 0
     audit_limit: int = 64  # problems the pre-training audit uses
     audit_min_pass_rate: float = 0.95  # reference pass rate under which the audit fails
-    step_rewards: bool = False  # check every step (line) of a math completion's arithmetic (rlrun.rewards.steps); check-rewards adds a step audit of the references
+    step_rewards: bool = False  # check every step (line) of a math completion's arithmetic (rlrun.rewards.steps): a part at each step's last token (for algo.step_advantage), step metrics, verdicts in samples.jsonl, a step audit in check-rewards
+    step_correct: float = 0.0  # part at the last token of a step whose checked equalities all hold
+    step_wrong: float = -1.0  # part at the last token of a step with an equality that does not hold
 
 
 @dataclass
@@ -339,6 +343,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "algo.kl_estimator": ("k1", "k2", "k3"),
     "algo.is_correction": ("none", "token", "sequence"),
     "algo.is_mode": ("truncate", "mask"),
+    "algo.step_advantage": ("none", "local", "min"),
     "rollout.engine": ("hf", "vllm"),
     "learner.strategy": ("ddp", "fsdp2"),
     "learner.master_dtype": ("float32", "bfloat16", "float16"),
@@ -373,7 +378,7 @@ NON_NEGATIVE: tuple[str, ...] = (
     "rollout.sampling.temperature", "rollout.sampling.top_k", "algo.max_topup_rounds",
     "learner.lora.rank", "learner.lora.dropout", "rollout.num_cpus", "learner.num_cpus",
     "sandbox.num_cpus", "data.val_size", "trainer.max_bad_steps", "metrics.sample_problems",
-    "algo.vespo_k_pos", "algo.vespo_k_neg", "sandbox.retries",
+    "algo.vespo_k_pos", "algo.vespo_k_neg", "sandbox.retries", "algo.step_coef",
 )
 AT_LEAST_ONE_OR_NULL: tuple[str, ...] = ("rollout.num_threads", "learner.num_threads")
 
@@ -485,6 +490,9 @@ def validate(cfg: Config | DictConfig) -> None:
             _fail(f"reward.fns[{i}].fn", rfn.fn, "use builtin or module:function")
     if not cfg.reward.fns:
         _fail("reward.fns", [], "at least one reward function is needed")
+    if algo.step_advantage != "none" and not cfg.reward.step_rewards:
+        _fail("algo.step_advantage", algo.step_advantage,
+              "step advantages are made of the step parts: set reward.step_rewards=true")
     if cfg.reward.aggregation == "normalize_then_sum" and algo.scale_rewards != "group":
         _fail(
             "algo.scale_rewards", algo.scale_rewards,

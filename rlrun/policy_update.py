@@ -53,6 +53,9 @@ class TensorBatch:
     mask: Tensor  # [N, L], 1 on real response tokens
     behaviour_logprobs: Tensor  # [N, L]
     advantages: Tensor  # [N]
+    # [N, L] with step advantages (a sample without its own has its advantage on every token);
+    # None when no sample has them
+    token_advantages: Tensor | None = None
 
 
 def collate(
@@ -92,7 +95,21 @@ def collate(
         torch.tensor(mask, device=device),  # [N, L]
         torch.tensor(behaviour, device=device),  # [N, L]
         torch.tensor([s.advantage for s in samples], device=device),  # [N]
+        _token_advantages(samples, resp_len, device),  # [N, L] or None
     )
+
+
+def _token_advantages(
+    samples: list[TrainSample], resp_len: int, device: str | torch.device
+) -> Tensor | None:
+    if all(s.token_advantages is None for s in samples):
+        return None
+    rows = []
+    for s in samples:
+        r = len(s.response_ids)
+        own = s.token_advantages if s.token_advantages is not None else [s.advantage] * r
+        rows.append(list(own[:r]) + [0.0] * (resp_len - r))
+    return torch.tensor(rows, device=device)  # [N, L]
 
 
 def _plain_rows(
@@ -613,6 +630,7 @@ def train_on_shard(
                     norm, behaviour_logprobs=batch.behaviour_logprobs,
                     ref_logprobs=None if ref is None else _stack_rows(ref, samples, device),
                     entropy=entropy, entropy_mask=entropy_mask,
+                    token_advantages=batch.token_advantages,
                 )
                 ddp_loss(loss, world_size).backward()
             parts.append(metrics)

@@ -174,14 +174,36 @@ class Sample:
 
 
 @dataclass
+class StepCheck:
+    """The verdict on one step (line) of a math completion (`reward.step_rewards`)."""
+
+    start: int  # character span of the step in `response_text`
+    end: int
+    verdict: str  # correct | wrong | uncheckable (rlrun.rewards.steps)
+    token: int = -1  # index in `response_ids` of the step's last token (-1: not known)
+
+
+@dataclass
+class TokenReward:
+    """A part of a sample's reward placed at one response token (a step's last token)."""
+
+    position: int  # index in `response_ids`
+    value: float
+
+
+@dataclass
 class ScoredSample:
     """A sample with its total reward, the components that made it up, and code verdicts.
 
     None is no score (TRL's convention): a component that does not apply to the sample, and a
-    `reward` the sample could not be given (see `rlrun.rewards.reward`).
+    `reward` the sample could not be given (see `rlrun.rewards.reward`). `token_rewards` are
+    parts placed at token positions, apart from `reward` (which they do not add to): the
+    advantage combines them with the group-relative outcome (`algo.step_advantage`).
     """
 
     sample: Sample
     reward: float | None
     components: dict[str, float | None] = field(default_factory=dict)
     verdicts: list[Verdict] = field(default_factory=list)
+    steps: list[StepCheck] = field(default_factory=list)  # with reward.step_rewards, math only
+    token_rewards: list[TokenReward] = field(default_factory=list)  # ordered by position

@@ -178,7 +178,8 @@ def make_batch(rollout: Rollout, version: int, step: int, cfg: Config) -> Batch:
     groups = batching.trim_groups(groups, algo.mini_batches * world)
     samples = batching.to_train_samples(
         groups, algo.scale_rewards, algo.negative_advantage_scale, normalize_weights(cfg),
-        mask_truncated=algo.mask_truncated, version=version,
+        mask_truncated=algo.mask_truncated, version=version, step_rule=algo.step_advantage,
+        step_coef=algo.step_coef,
     )
     if not samples:
         return Batch(groups, samples, [batching.Shard([]) for _ in range(world)], dropped)

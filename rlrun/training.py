@@ -220,6 +220,11 @@ def run_training(cfg: Config) -> dict[str, Any]:
             raise Interrupted(stop.signal_name or "SIGINT", stop.phase) from None
 
 
+def response_decoder(tokenizer: Any) -> Any:
+    """Token ids -> text as the rollout engines decode a response (no special tokens)."""
+    return lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+
+
 def _run(cfg: Config, stop: StopSignals, started: float) -> dict[str, Any]:
     """Step 1 of `run_training`, then the rest with the reward built."""
     from rlrun.data import load_from_config
@@ -292,6 +297,9 @@ def _train(cfg: Config, stop: StopSignals, reward: Any, train: list, val: list,
             model_path = warm_start(cfg, model_path, train, val)
         stop.phase = "while the actors started (nothing to checkpoint yet)"
         tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
+        if cfg.reward.step_rewards:  # step parts go to the token that ends each step
+            decoder = tokenizer or load_tokenizer(model_path)
+            reward.decode = response_decoder(decoder)
 
         def render(problem: Any) -> str:
             return render_prompt(problem, cfg.data, tokenizer, chat=cfg.model.chat_template)

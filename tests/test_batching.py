@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from rlrun import batching
-from rlrun.records import Sample, ScoredSample
+from rlrun.records import Sample, ScoredSample, TokenReward
 
 
 def group(index: int, rewards: list[float], version: int = 0, length: int = 3) -> batching.Group:
@@ -95,3 +95,36 @@ def test_mask_truncated_keeps_cut_completions_out_of_the_loss_but_not_the_baseli
                                     max_len=16, seed=0)[0].updates
     assert update.norm.total_tokens == sum(len(s.response_ids) for s in on if not s.masked)
     assert update.norm.total_seqs == 4  # TRL: a masked sequence still counts as one
+
+
+def _with_parts(g: batching.Group, parts: list[list[tuple[int, float]]]) -> batching.Group:
+    for s, row in zip(g.scored, parts, strict=True):
+        s.token_rewards = [TokenReward(p, v) for p, v in row]
+    return g
+
+
+def test_without_step_advantages_samples_carry_no_token_advantages():
+    groups = [_with_parts(group(0, [0.0, 1.0]), [[(1, -1.0)], [(2, 0.0)]])]
+    plain = batching.to_train_samples([group(0, [0.0, 1.0])], "group")
+    samples = batching.to_train_samples(groups, "group")  # step_rule none: the parts are ignored
+    assert [s.token_advantages for s in samples] == [None, None]
+    assert [s.advantage for s in samples] == [s.advantage for s in plain]
+
+
+def test_step_advantages_add_the_parts_around_the_outcome_advantage():
+    # lengths 3 and 4; sample 0 has a wrong step ending at token 1 and a correct one at token 2
+    groups = [_with_parts(group(0, [0.0, 1.0]), [[(1, -1.0), (2, 0.0)], []])]
+    samples = batching.to_train_samples(groups, "none", step_rule="local", step_coef=0.5)
+    assert [s.advantage for s in samples] == [-0.5, 0.5]  # the outcome advantage is unchanged
+    assert samples[0].token_advantages == [-1.0, -1.0, -0.5]
+    assert samples[1].token_advantages is None  # no parts: advantage on every token
+    samples = batching.to_train_samples(groups, "none", step_rule="min", step_coef=0.5)
+    assert samples[0].token_advantages == [-1.0, -1.0, -0.5]
+
+
+def test_an_unscored_sample_gets_no_step_advantages():
+    g = _with_parts(group(0, [0.0, 1.0, 1.0]), [[(0, -1.0)], [(0, -1.0)], []])
+    g.scored[0].reward = None
+    samples = batching.to_train_samples([g], "none", step_rule="local", step_coef=1.0)
+    assert samples[0].token_advantages is None and samples[0].advantage == 0.0
+    assert samples[1].token_advantages == [-1.0 + samples[1].advantage] + [samples[1].advantage] * 3

@@ -151,3 +151,10 @@ def test_off_is_a_word_for_the_keys_that_offer_it(tmp_path) -> None:
     assert (cfg.metrics.console, cfg.metrics.progress) == ("off", "off")
     with pytest.raises(ConfigError, match="metrics.console"):
         load_config(None, ["metrics.console=on"])
+
+
+def test_step_advantages_need_step_rewards() -> None:
+    with pytest.raises(ConfigError, match=r"algo.step_advantage='local'.*reward.step_rewards=true"):
+        load_config(overrides=["algo.step_advantage=local"])
+    cfg = load_config(overrides=["algo.step_advantage=min", "reward.step_rewards=true"])
+    assert (cfg.algo.step_advantage, cfg.algo.step_coef) == ("min", 0.1)

@@ -241,3 +241,31 @@ def test_attention_without_block_masks_falls_back_to_plain_rows(tiny_path):
         assert not shares_prompts(model, cfg)
     cfg.learner.shared_prompt_forward = False
     assert not shares_prompts(model, cfg)
+
+
+def test_collate_makes_token_advantages_only_when_a_sample_has_them():
+    plain = [batching.TrainSample([1], [5, 6], [0.0] * 2, 0.5),
+             batching.TrainSample([1], [7], [0.0], -1.0)]
+    assert collate(plain, pad_id=0).token_advantages is None
+    stepped = [plain[0], batching.TrainSample([1], [7], [0.0], -1.0, token_advantages=[-1.5])]
+    batch = collate(stepped, pad_id=0)
+    # a sample without its own repeats its advantage; padding is 0
+    assert batch.token_advantages.tolist() == [[0.5, 0.5], [-1.5, 0.0]]
+    assert batch.advantages.tolist() == [0.5, -1.0]
+
+
+def test_token_advantages_equal_to_the_advantage_train_exactly_as_without(tiny_path):
+    cfg = load_config(None, ["learner.lr=1e-2", "algo.is_correction=none"])
+    pad = load_tokenizer(tiny_path).pad_token_id
+    states = []
+    for with_tokens in (False, True):
+        torch.manual_seed(0)
+        model, opt, sched = setup(tiny_path, cfg)
+        work = shard([1.0, -1.0, 0.5, -0.5], cfg)
+        for update in work.updates:
+            for s in update.samples:
+                s.token_advantages = [s.advantage] * len(s.response_ids) if with_tokens else None
+        train_on_shard(model, opt, sched, work, cfg, pad)
+        states.append(model.state_dict())
+    for k, v in states[0].items():
+        torch.testing.assert_close(states[1][k], v, rtol=0, atol=1e-7)

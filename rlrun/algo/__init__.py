@@ -11,6 +11,7 @@ from rlrun.algo.advantages import (
     normalize_then_sum_advantages,
     normalized_sum,
     scale_negative,
+    step_advantages,
 )
 from rlrun.algo.grpo import (
     LOSS_AGGREGATIONS,
@@ -65,6 +66,7 @@ __all__ = [
     "plan_minibatches",
     "sapo_policy_loss",
     "scale_negative",
+    "step_advantages",
     "seq_mean_token_mean",
     "seq_mean_token_sum",
     "seq_mean_token_sum_norm",

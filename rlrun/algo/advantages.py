@@ -25,6 +25,12 @@ NaN in the tensors). As in TRL, group means and stds are taken over the scored c
 (`torch.nanmean` and TRL's `nanstd`), an unscored completion gets advantage 0, and so does every
 completion of a group with fewer than two scored ones: one score has nothing to be compared with.
 
+`step_advantages` turns the parts a reward places at token positions (a verified step's last
+token, `reward.step_rewards`) into per-token advantages around the outcome advantage A_i:
+`local` adds to each token the part of its own step, `min` the smallest part of its step and
+every later one (PURE's min-form credit assignment, https://arxiv.org/abs/2504.15275). The
+formulas and the alternatives they were chosen against are in docs/algorithms.md.
+
 `normalize_then_sum_advantages` is TRL's `multi_objective_aggregation="normalize_then_sum"`
 (GDPO, https://arxiv.org/abs/2601.05242): each reward component is z-scored within its group,
 the weighted sum of those z-scores is z-scored over the whole batch, and `scale` does not apply.
@@ -113,6 +119,41 @@ def normalize_then_sum_advantages(components: Tensor, weights: Tensor) -> Tensor
     std = nanstd(total) if total.numel() > 1 else torch.zeros_like(total)
     advantages = (total - torch.nanmean(total)) / (std + STD_EPS)
     return torch.nan_to_num(advantages, nan=0.0)
+
+
+STEP_RULES = ("local", "min")
+
+
+def step_advantages(advantages: Tensor, parts: Tensor, rule: str, coef: float) -> Tensor:
+    """Per-token advantages from the outcome advantages and step parts: [N], [N, L] -> [N, L].
+
+    parts [N, L] hold each step's part at the step's last token and NaN elsewhere. Step k is
+    the tokens after step k-1's last token up to and including its own; a token after the last
+    part is in no step and keeps A_i.
+
+        local:  A_it = A_i + coef * p_k(t)                      p_k(t): the part of t's step
+        min:    A_it = A_i + coef * min_{j >= k(t)} p_j          PURE's min-form
+    """
+    if parts.dim() != 2 or advantages.shape != parts.shape[:1]:
+        raise ValueError(
+            f"advantages must be [N] and parts [N, L]: {list(advantages.shape)}, "
+            f"{list(parts.shape)}"
+        )
+    if rule not in STEP_RULES:
+        raise ValueError(f"algo.step_advantage={rule!r}: choose one of none, local, min")
+    n, length = parts.shape
+    has = ~torch.isnan(parts)  # [N, L]
+    if rule == "min":
+        filled = torch.where(has, parts, torch.inf)  # [N, L]
+        future = torch.cummin(filled.flip(1), dim=1).values.flip(1)  # [N, L], min over j >= t
+        signal = torch.where(torch.isinf(future), 0.0, future)  # [N, L]
+    else:
+        at = torch.arange(length).expand(n, length)  # [N, L]
+        index = torch.where(has, at, length)  # [N, L]: the part's own position, L where none
+        next_part = torch.cummin(index.flip(1), dim=1).values.flip(1)  # [N, L], L: no step
+        padded = torch.cat([parts.nan_to_num(0.0), parts.new_zeros(n, 1)], dim=1)  # [N, L+1]
+        signal = padded.gather(1, next_part)  # [N, L]
+    return advantages.unsqueeze(-1) + coef * signal  # [N, L]
 
 
 def scale_negative(advantages: Tensor, factor: float) -> Tensor:

@@ -21,7 +21,10 @@ the GRPO family added:
 - other policy terms in place of the clipped surrogate (`policy_loss`: CISPO, SAPO, VESPO) and
   GSPO's sequence-level ratio (`ratio_level`), in policy_losses.py;
 - masks on the policy term (masks.py): high-entropy tokens only (`entropy_mask_quantile`),
-  off-policy negative sequences dropped (`off_policy_mask_threshold`).
+  off-policy negative sequences dropped (`off_policy_mask_threshold`);
+- per-token advantages A_it in place of A_i in the policy term (`token_advantages`, from the
+  step parts of `algo.step_advantage`); what is decided per sequence (the off-policy mask,
+  VESPO's weight, the clip statistics under GSPO's sequence ratio) still uses A_i.
 
 Loss aggregation is its own named function per variant:
 
@@ -209,6 +212,7 @@ def _policy_term(
     log_ratio: Tensor,
     ratio: Tensor,
     adv: Tensor,
+    seq_adv: Tensor,
     mask: Tensor,
     is_weights: Tensor | None,
     cfg: AlgoConfig,
@@ -218,7 +222,8 @@ def _policy_term(
     """The per-token policy loss `cfg.policy_loss`, [N, L] or [N, 1], before masks and weights.
 
     log_ratio [N, L] is per token whatever `ratio_level` is (VESPO builds its own sequence
-    weight from it); ratio [N, L] or [N, 1] is the one `ratio_level` asks for.
+    weight from it); ratio [N, L] or [N, 1] is the one `ratio_level` asks for; adv [N, 1] or
+    [N, L] (per-token advantages), seq_adv [N, 1] the sequence's for what is per sequence.
     """
     if cfg.policy_loss == "clip":
         return clipped_policy_loss(ratio, adv, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
@@ -236,7 +241,7 @@ def _policy_term(
                 "weight: set algo.is_correction=token or none"
             )
         weights = vespo_weights(
-            log_ratio, mask, adv, cfg.vespo_k_pos, cfg.vespo_lambda_pos, cfg.vespo_k_neg,
+            log_ratio, mask, seq_adv, cfg.vespo_k_pos, cfg.vespo_lambda_pos, cfg.vespo_k_neg,
             cfg.vespo_lambda_neg, is_weights,
         )  # [N, 1]
         stats["loss/vespo_weight_mean"] = _share(weights, torch.ones_like(weights),
@@ -267,6 +272,7 @@ def grpo_loss(
     ref_logprobs: Tensor | None = None,
     entropy: Tensor | None = None,
     entropy_mask: Tensor | None = None,
+    token_advantages: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """This call's share of the global GRPO loss, and its share of the metrics.
 
@@ -278,8 +284,9 @@ def grpo_loss(
     when cfg.kl_coef > 0, ignored otherwise); entropy [N, L] per-token entropy of pi_theta, with
     gradient (needed when cfg.entropy_coef > 0); entropy_mask [N, L] is `high_entropy_mask` with
     the threshold of the global mini-batch, and norm.entropy_mask_tokens its count there (both
-    needed when cfg.entropy_mask_quantile < 1, ignored otherwise). Pass float32 log-probs:
-    ratios of bfloat16 log-probs are too coarse for the clip.
+    needed when cfg.entropy_mask_quantile < 1, ignored otherwise); token_advantages [N, L]
+    replace advantages in the policy term, token by token (None: A_i on every token). Pass
+    float32 log-probs: ratios of bfloat16 log-probs are too coarse for the clip.
 
     Metrics follow `merge_metrics`: keys ending in "_max" are maxima over this call's tokens,
     every other value is this call's share of a global mean, so summing them over micro-batches
@@ -288,7 +295,7 @@ def grpo_loss(
     _check_shapes(
         logprobs, advantages, old_logprobs=old_logprobs, mask=mask,
         behaviour_logprobs=behaviour_logprobs, ref_logprobs=ref_logprobs, entropy=entropy,
-        entropy_mask=entropy_mask,
+        entropy_mask=entropy_mask, token_advantages=token_advantages,
     )
     if cfg.loss_agg not in LOSS_AGGREGATIONS:
         choices = ", ".join(LOSS_AGGREGATIONS)
@@ -296,6 +303,9 @@ def grpo_loss(
     aggregate = LOSS_AGGREGATIONS[cfg.loss_agg]
     mask = mask.to(logprobs.dtype)  # [N, L]
     adv = advantages.detach().to(logprobs.dtype).unsqueeze(-1)  # [N, 1]
+    # The advantage of each token in the policy term: A_i, or A_it with step advantages.
+    token_adv = adv if token_advantages is None else (
+        token_advantages.detach().to(logprobs.dtype))  # [N, 1] or [N, L]
     stats: dict[str, Tensor] = {}  # metric tensors, read back in one device sync at the end
 
     # 1. Truncated importance weights pi_old / pi_behaviour for the rollout engine's mismatch.
@@ -308,7 +318,8 @@ def grpo_loss(
         ratio = torch.exp(sequence_log_ratio(log_ratio, mask))  # [N, 1]
     else:
         ratio = torch.exp(log_ratio)  # [N, L]
-    pg_loss = _policy_term(logprobs, log_ratio, ratio, adv, mask, is_weights, cfg, norm, stats)
+    pg_loss = _policy_term(logprobs, log_ratio, ratio, token_adv, adv, mask, is_weights, cfg,
+                           norm, stats)
 
     # 3. Masks on the policy term, then the importance weights (VESPO has them in its own).
     if cfg.off_policy_mask_threshold is not None:
@@ -374,14 +385,16 @@ def grpo_loss(
     # the clip, binds and no token counts as clipped high.
     with torch.no_grad():
         if cfg.policy_loss == "clip":
+            # a sequence ratio is counted per sequence, with the sequence's advantage
+            clip_adv = token_adv if cfg.ratio_level == "token" else adv  # [N, 1] or [N, L]
             capped = ratio if cfg.dual_clip is None else torch.clamp(ratio, max=cfg.dual_clip)
-            low = ((capped < 1 - cfg.clip_low) & (adv < 0)).to(mask.dtype)  # [N, R]
-            high = ((capped > 1 + cfg.clip_high) & (adv > 0)).to(mask.dtype)  # [N, R]
+            low = ((capped < 1 - cfg.clip_low) & (clip_adv < 0)).to(mask.dtype)  # [N, R]
+            high = ((capped > 1 + cfg.clip_high) & (clip_adv > 0)).to(mask.dtype)  # [N, R]
             stats["loss/clip_frac"] = _ratio_share(torch.maximum(low, high), mask, norm, cfg)
             stats["loss/clip_frac_low"] = _ratio_share(low, mask, norm, cfg)
             stats["loss/clip_frac_high"] = _ratio_share(high, mask, norm, cfg)
             if cfg.dual_clip is not None:
-                dual = ((ratio > cfg.dual_clip) & (adv < 0)).to(mask.dtype)  # [N, R]
+                dual = ((ratio > cfg.dual_clip) & (clip_adv < 0)).to(mask.dtype)  # [N, R]
                 stats["loss/dual_clip_frac"] = _ratio_share(dual, mask, norm, cfg)
         stats["loss/ratio_mean"] = _ratio_share(ratio, mask, norm, cfg)
         stats["loss/ratio_max"] = _masked_max(ratio, mask)

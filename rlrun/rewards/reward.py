@@ -6,6 +6,13 @@
 sum(weight * fn component) + sum(shaping components). The builtin correctness is the math
 verifier for `kind: math` problems and the sandbox judge for `kind: code` problems.
 
+With `reward.step_rewards`, each math sample's steps are checked too (`rlrun.rewards.steps`):
+`ScoredSample.steps` holds every step's verdict and `token_rewards` a part at each step's last
+token (`reward.step_correct`, `reward.step_wrong`, 0 for an uncheckable step). The parts do not
+add to `reward`; `algo.step_advantage` decides what the advantage makes of them. Placing them
+needs the engine's `decode` (set `Reward.decode`); without it the steps are checked but no
+part is placed.
+
 A component is None where it gives no score (TRL's convention for a reward function): it adds
 nothing to the sum. The sample's `reward` is None (unscored) when no component scored it, or when
 the builtin check could not judge it (a `sandbox_error`): its correctness is then unknown, not
@@ -14,15 +21,17 @@ inapplicable, so the other components must not stand in for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rlrun.config import Config, ConfigError
-from rlrun.records import Problem, Sample, ScoredSample, Verdict
+from rlrun.records import Problem, Sample, ScoredSample, StepCheck, TokenReward, Verdict
 from rlrun.rewards.code import JudgeFn, judge_completions
 from rlrun.rewards.errors import RewardError
 from rlrun.rewards.math import check_answer
 from rlrun.rewards.plugin_worker import PluginWorker
 from rlrun.rewards.shaping import shaping_components
+from rlrun.rewards.steps import check_steps, last_tokens
 
 SHAPING_NAMES: tuple[str, ...] = ("length", "overlong", "format")
 
@@ -61,6 +70,8 @@ class Reward:
         self.cfg = cfg
         self.judge = judge
         self.terms = terms
+        # token ids -> text as the engine decodes them: places step parts at tokens
+        self.decode: Callable[[list[int]], str] | None = None
 
     @property
     def names(self) -> list[str]:
@@ -104,8 +115,30 @@ class Reward:
                 c is None for c in components.values()
             )
             scored = ScoredSample(sample, None if unscored else total, components, verdicts)
+            if self.cfg.reward.step_rewards and problem.kind == "math":
+                scored.steps, scored.token_rewards = self.step_parts(sample)
             out.append(Evaluation(scored, check))
         return out
+
+    def step_parts(self, sample: Sample) -> tuple[list[StepCheck], list[TokenReward]]:
+        """The verdict on each step of a math sample, and its part at the step's last token.
+
+        Two steps ending in one token (a token that spans a line break) leave one part there,
+        the lower: a wrong step's part is never lost.
+        """
+        steps = check_steps(sample.response_text)
+        ends = [s.end for s in steps]
+        tokens = (last_tokens(sample.response_ids, ends, self.decode)
+                  if self.decode is not None else [-1] * len(steps))
+        value = {"correct": self.cfg.reward.step_correct, "wrong": self.cfg.reward.step_wrong,
+                 "uncheckable": 0.0}
+        parts: dict[int, float] = {}
+        for s, t in zip(steps, tokens, strict=True):
+            if t >= 0:
+                parts[t] = min(parts.get(t, value[s.verdict]), value[s.verdict])
+        checks = [StepCheck(s.start, s.end, s.verdict, t) for s, t in zip(steps, tokens,
+                                                                            strict=True)]
+        return checks, [TokenReward(t, v) for t, v in sorted(parts.items())]
 
     def close(self) -> None:
         """Stop the plug-ins' processes."""

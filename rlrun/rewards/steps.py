@@ -38,12 +38,14 @@ A step's verdict: `wrong` when any claim is false (whether or not the final answ
 it), else `correct` when a claim was checked, else `uncheckable` (no arithmetic, or none that
 could be evaluated).
 
-`check_steps(text)` returns one `Step` per line.
+`check_steps(text)` returns one `Step` per line; `last_tokens` finds the response token that
+ends each step, where training places the step's reward part.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
@@ -156,6 +158,32 @@ def check_line(text: str, start: int, end: int) -> list[Claim]:
     blanked = text[:start] + "".join(surface) + text[end:]
     claims += _claims(blanked, start, end, "text")
     return claims
+
+
+def last_tokens(ids: list[int], ends: list[int], decode: Callable[[list[int]], str]) -> list[int]:
+    """For each character offset in `ends` (ascending; a step's end), the index of the token of
+    `ids` that writes the character before it: the first k with len(decode(ids[:k + 1])) >=
+    end. `decode` is the engine's (skip special tokens), so it reproduces `response_text`.
+
+    Decoding prefixes rather than re-encoding the text keeps the tokens the model sampled.
+    A binary search per step, starting at the previous step's token: O(steps x log L) decodes.
+    """
+    out, lo = [], 0
+    for end in ends:
+        hi = len(ids) - 1
+        if hi < 0:
+            out.append(-1)
+            continue
+        left = min(lo, hi)
+        while left < hi:
+            mid = (left + hi) // 2
+            if len(decode(ids[: mid + 1])) >= end:
+                hi = mid
+            else:
+                left = mid + 1
+        out.append(left)
+        lo = left
+    return out
 
 
 def evaluate(expression: str) -> Fraction | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlrun.algo import filter_equal_groups, group_advantages, scale_negative
+from rlrun.algo import filter_equal_groups, group_advantages, scale_negative, step_advantages
 
 
 def test_group_scale_hand_values() -> None:
@@ -81,3 +81,37 @@ def test_filtered_groups_are_exactly_the_zero_advantage_ones() -> None:
     zero = (group_advantages(rewards, "group") == 0).all(dim=1)
     assert keep.any() and (~keep).any()
     assert torch.equal(keep, ~zero)
+
+
+def test_step_advantages_local_gives_each_token_its_own_steps_part() -> None:
+    # Steps end at tokens 1 (part 0), 3 (part -1) and 5 (part 0); token 6 is after the last step.
+    nan = float("nan")
+    parts = torch.tensor([[nan, 0.0, nan, -1.0, nan, 0.0, nan]])
+    got = step_advantages(torch.tensor([0.5]), parts, "local", 0.25)
+    # A_it = 0.5 + 0.25 * part of t's step: the wrong step (tokens 2-3) gets 0.5 - 0.25
+    assert got.tolist() == [[0.5, 0.5, 0.25, 0.25, 0.5, 0.5, 0.5]]
+
+
+def test_step_advantages_min_carries_a_later_wrong_step_back_to_earlier_tokens() -> None:
+    nan = float("nan")
+    parts = torch.tensor([[nan, 1.0, nan, -1.0, nan, 1.0, nan],
+                          [nan, nan, nan, nan, nan, nan, nan]])
+    got = step_advantages(torch.tensor([-1.0, 2.0]), parts, "min", 0.5)
+    # row 0: min of the parts of t's step and every later one: -1 up to token 3, then 1, then none
+    assert got[0].tolist() == [-1.5, -1.5, -1.5, -1.5, -0.5, -0.5, -1.0]
+    assert got[1].tolist() == [2.0] * 7  # no parts: the outcome advantage on every token
+
+
+def test_step_advantages_with_coef_zero_or_zero_parts_are_the_outcome() -> None:
+    parts = torch.tensor([[0.0, -1.0, 0.0], [float("nan"), 1.0, 0.0]])
+    adv = torch.tensor([0.75, -0.5])
+    assert torch.equal(step_advantages(adv, parts, "local", 0.0), adv[:, None].expand(2, 3))
+    assert torch.equal(step_advantages(adv, torch.zeros(2, 3), "min", 3.0),
+                       adv[:, None].expand(2, 3))
+
+
+def test_step_advantages_reject_wrong_shapes_and_rules() -> None:
+    with pytest.raises(ValueError, match="parts"):
+        step_advantages(torch.zeros(2), torch.zeros(3, 4), "local", 0.1)
+    with pytest.raises(ValueError, match="algo.step_advantage='sum'"):
+        step_advantages(torch.zeros(1), torch.zeros(1, 4), "sum", 0.1)

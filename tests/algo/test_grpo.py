@@ -332,3 +332,31 @@ def test_merge_metrics_sums_shares_and_maxes_maxima() -> None:
                             {"loss/policy": 0.2, "loss/ratio_max": 1.1}])
     assert merged == {"loss/policy": pytest.approx(0.3), "loss/ratio_max": 1.2}
 
+
+
+@pytest.mark.parametrize("policy_loss", ["clip", "cispo", "sapo", "vespo"])
+@pytest.mark.parametrize("ratio_level", ["token", "sequence"])
+def test_token_advantages_equal_to_the_sequences_give_the_same_loss(policy_loss, ratio_level):
+    cfg = replace(BASE, policy_loss=policy_loss, ratio_level=ratio_level, loss_agg="token_mean")
+    loss, metrics, grad = _loss(cfg)
+    same = ADV[:, None].expand(2, 3).clone()
+    loss_t, metrics_t, grad_t = _loss(cfg, token_advantages=same)
+    assert loss_t == pytest.approx(loss, abs=1e-7)
+    torch.testing.assert_close(grad_t, grad)
+    assert metrics_t == pytest.approx(metrics, abs=1e-7)
+
+
+def test_token_advantages_move_only_their_tokens() -> None:
+    # Row 0's middle token (r=1.5, clipped high with A=+1) gets A=-1 instead: the clip no
+    # longer binds (A<0, r above the range), its loss is -A r = 1.5 and its gradient 1.5 / 5.
+    token_adv = ADV[:, None].expand(2, 3).clone()
+    token_adv[0, 1] = -1.0
+    loss, metrics, grad = _loss(BASE, token_advantages=token_adv)
+    assert loss == pytest.approx((1.82 + 1.28 + 1.5) / 5, abs=1e-6)
+    torch.testing.assert_close(grad, torch.tensor([[-0.2, 0.3, -0.1], [0.6, 0.0, 0.0]]))
+    assert metrics["loss/clip_frac_high"] == pytest.approx(0.0)
+
+
+def test_token_advantages_must_cover_every_position() -> None:
+    with pytest.raises(ValueError, match="token_advantages has shape"):
+        _loss(BASE, token_advantages=torch.zeros(2, 2))

@@ -97,3 +97,33 @@ def test_mixed_batch_scores_math_and_code_with_verdicts():
     assert [s.reward for s in scored] == [1.0, 1.0, -1.0]
     assert [v.status for v in scored[1].verdicts] == ["accepted"]
     assert scored[2].verdicts == []
+
+
+def _tokens(problem, text):
+    ids = list(text.encode())
+    return records.Sample([], ids, text, [0.0] * len(ids), "stop", problem_id=problem.id)
+
+
+def test_step_rewards_place_a_part_at_each_steps_last_token():
+    reward = build_reward(config("reward.step_rewards=true", "reward.step_correct=0.5"), None)
+    reward.decode = lambda ids: bytes(ids).decode()
+    text = "3 + 4 = 8\nso 8 * 2 = 16\n#### 16"
+    (scored,) = reward.score([P[0]], [_tokens(P[0], text)])
+    assert scored.reward == 0.0 and scored.components == {"correctness": 0.0}  # parts apart
+    assert [(s.verdict, text[s.start : s.end]) for s in scored.steps] == [
+        ("wrong", "3 + 4 = 8"), ("correct", "so 8 * 2 = 16"), ("uncheckable", "#### 16")]
+    assert [s.token for s in scored.steps] == [8, 22, 30]
+    assert scored.token_rewards == [records.TokenReward(8, -1.0), records.TokenReward(22, 0.5),
+                                    records.TokenReward(30, 0.0)]
+
+
+def test_step_rewards_without_a_decoder_check_steps_but_place_no_parts():
+    reward = build_reward(config("reward.step_rewards=true"), None)
+    (scored,) = reward.score([P[0]], [sample(P[0], "3 + 4 = 8\n#### 18")])
+    assert [(s.verdict, s.token) for s in scored.steps] == [("wrong", -1), ("uncheckable", -1)]
+    assert scored.token_rewards == [] and scored.reward == 1.0
+
+
+def test_without_step_rewards_nothing_is_checked():
+    (scored,) = build_reward(config(), None).score([P[0]], [sample(P[0], "3 + 4 = 8\n#### 18")])
+    assert scored.steps == [] and scored.token_rewards == []

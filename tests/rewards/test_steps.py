@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from rlrun.rewards.steps import MAX_DIGITS, check_steps, evaluate, split_steps
+from rlrun.rewards.steps import MAX_DIGITS, check_steps, evaluate, last_tokens, split_steps
 
 from .helpers import FIXTURES
 
@@ -172,3 +172,25 @@ def test_every_checkable_step_of_the_gsm8k_sample_verifies():
     steps = [s for r in rows for s in check_steps(r["answer"])]
     assert {s.verdict for s in steps} == {"correct", "uncheckable"}
     assert sum(s.verdict == "correct" for s in steps) > len(rows) * 3
+
+
+def _bytes_decode(ids: list[int]) -> str:
+    return bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_last_tokens_finds_the_token_that_ends_each_step():
+    text = "3 + 4 = 7\nso 7 * 2 = 15\n#### 15"
+    ids = list(text.encode())
+    ends = [s.end for s in check_steps(text)]
+    # one byte per token: a step's last token is its last character
+    assert last_tokens(ids, ends, _bytes_decode) == [e - 1 for e in ends]
+
+
+def test_last_tokens_with_tokens_of_several_characters():
+    words = ["3 +", " 4 =", " 7", "\nso", " 7*2", "=14", "\n####", " 14"]
+    vocab = {i: w for i, w in enumerate(words)}
+    text = "".join(words)
+    ends = [s.end for s in check_steps(text)]
+    got = last_tokens(list(vocab), ends, lambda ids: "".join(vocab[i] for i in ids))
+    assert got == [2, 5, 7]  # " 7", "=14", " 14"
+    assert last_tokens([], ends, _bytes_decode) == [-1, -1, -1]
