@@ -279,7 +279,34 @@ def batch_metrics(groups: list[Group], version: int) -> dict[str, float]:
             metrics[f"reward/{name}"] = float(np.mean(values))
     if correct := _scores(scored, "correctness"):
         metrics["train/accuracy"] = float(np.mean([c >= 1.0 for c in correct]))
-    return metrics
+    return metrics | step_metrics(scored)
+
+
+def step_metrics(scored: list[ScoredSample]) -> dict[str, float]:
+    """steps/* over the completions whose steps were checked (`reward.step_rewards`): steps
+    per completion, the share of them checked (mean per completion), the share of checked
+    steps that are wrong (over the batch), the share of completions with a wrong step, and
+    where the first wrong step sits (1-based, and as a share of the completion's steps)."""
+    with_steps = [s.steps for s in scored if s.steps]
+    if not with_steps:
+        return {}
+    checked = [[c for c in steps if c.verdict != "uncheckable"] for steps in with_steps]
+    n_checked = sum(len(c) for c in checked)
+    wrong = sum(c.verdict == "wrong" for steps in with_steps for c in steps)
+    firsts = [(next(k for k, c in enumerate(steps) if c.verdict == "wrong"), len(steps))
+              for steps in with_steps if any(c.verdict == "wrong" for c in steps)]
+    out = {
+        "steps/per_completion": float(np.mean([len(steps) for steps in with_steps])),
+        "steps/checked_frac": float(np.mean([len(c) / len(steps)
+                                             for c, steps in zip(checked, with_steps,
+                                                                 strict=True)])),
+        "steps/wrong_frac": wrong / n_checked if n_checked else 0.0,
+        "steps/with_wrong_frac": len(firsts) / len(with_steps),
+    }
+    if firsts:
+        out["steps/first_wrong"] = float(np.mean([k + 1 for k, _ in firsts]))
+        out["steps/first_wrong_rel"] = float(np.mean([(k + 1) / n for k, n in firsts]))
+    return out
 
 
 def token_lag_metrics(groups: list[Group], version: int, max_lag: int) -> dict[str, float]:

@@ -233,10 +233,12 @@ def step_metrics(
 
 def sample_rows(batch: Batch, prompts: list[str]) -> list[dict[str, Any]]:
     """One samples.jsonl row per completion trained on, with the advantage it was trained with
-    (an unscored sample's reward is None and its advantage 0)."""
+    (an unscored sample's reward is None and its advantage 0); with `reward.step_rewards`,
+    `steps` gives each step's text, verdict and character span in the response."""
     scored = [(g, s) for g in batch.groups for s in g.scored]  # batch.samples' order
-    return [
-        {
+    rows = []
+    for (g, s), t in zip(scored, batch.samples, strict=True):
+        row = {
             "problem_id": s.sample.problem_id,
             "prompt": prompts[g.problem_index],
             "response": s.sample.response_text,
@@ -244,5 +246,9 @@ def sample_rows(batch: Batch, prompts: list[str]) -> list[dict[str, Any]]:
             "advantage": t.advantage,
             "components": dict(s.components),
         }
-        for (g, s), t in zip(scored, batch.samples, strict=True)
-    ]
+        if s.steps:
+            text = s.sample.response_text
+            row["steps"] = [{"text": text[c.start : c.end], "verdict": c.verdict,
+                             "start": c.start, "end": c.end} for c in s.steps]
+        rows.append(row)
+    return rows

@@ -152,3 +152,50 @@ def test_step_metrics_and_rows_describe_what_was_trained():
     assert set(rows[0]) == {"problem_id", "prompt", "response", "reward", "advantage",
                             "components"}
     assert [r["advantage"] for r in rows] == [s.advantage for s in batch.samples]
+
+
+class StepEngine:
+    """Answers every prompt with byte tokens of two lines: a right step, then on odd samples a
+    wrong one, then the answer line."""
+
+    def generate(self, prompts, sampling):
+        out = []
+        for _ in prompts:
+            rows = []
+            for k in range(sampling.n):
+                text = "2 + 3 = 5\n" + ("5 * 2 = 11\n" if k % 2 else "5 * 2 = 10\n") + "#### 10"
+                ids = list(text.encode())
+                rows.append(Sample([1, 2], ids, text, [-0.5] * len(ids), "stop"))
+            out.append(rows)
+        return out
+
+
+def test_step_rewards_reach_the_samples_the_metrics_and_the_rows():
+    from rlrun.rewards import build_reward
+
+    c = cfg("reward.step_rewards=true", "algo.step_advantage=local", "algo.step_coef=0.5")
+    ps = [Problem(id=f"p{i}", prompt=f"q{i}", kind="math", answer="10") for i in range(4)]
+    reward = build_reward(c, None)
+    reward.decode = lambda ids: bytes(ids).decode()
+    rollout = step.collect(ps, [p.prompt for p in ps], DataOrder(4, 3), StepEngine().generate,
+                           reward.score, c)
+    batch = step.make_batch(rollout, version=0, step=0, cfg=c)
+    # every answer is right: outcome advantage 0; the wrong step holds the tokens after the
+    # first step's last one (8) up to its own last (19): the newline 9 and the line 10..19
+    right, wrong = batch.samples[0], batch.samples[1]
+    assert right.advantage == wrong.advantage == 0.0
+    assert right.token_advantages == [0.0] * len(right.response_ids)
+    assert wrong.token_advantages == [0.0] * 9 + [-0.5] * 11 + [0.0] * 8
+    metrics = step.step_metrics(batch, rollout, {}, 0, {})
+    assert metrics["steps/per_completion"] == 3.0
+    assert metrics["steps/checked_frac"] == pytest.approx(2 / 3)
+    assert metrics["steps/wrong_frac"] == 0.25  # 8 of 32 checked steps
+    assert metrics["steps/with_wrong_frac"] == 0.5
+    assert metrics["steps/first_wrong"] == 2.0
+    assert metrics["steps/first_wrong_rel"] == pytest.approx(2 / 3)
+    rows = step.sample_rows(batch, [p.prompt for p in ps])
+    assert rows[1]["steps"] == [
+        {"text": "2 + 3 = 5", "verdict": "correct", "start": 0, "end": 9},
+        {"text": "5 * 2 = 11", "verdict": "wrong", "start": 10, "end": 20},
+        {"text": "#### 10", "verdict": "uncheckable", "start": 21, "end": 28},
+    ]

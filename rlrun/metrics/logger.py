@@ -43,7 +43,7 @@ STANDARD_METRICS: tuple[str, ...] = (
 # within a namespace. An entry ending in "/" or "@" is a prefix.
 _ORDER = (
     "reward/mean", "val/pass@", "val/accuracy", "train/accuracy", "reward/std", "reward/",
-    "train/", "val/", "response/", "loss/", "optim/", "async/", "perf/", "sandbox/",
+    "train/", "steps/", "val/", "response/", "loss/", "optim/", "async/", "perf/", "sandbox/",
 )
 # Short console names: `reward: 0.43 pass@1: 0.41` read better than the full names.
 _ALIASES = {"reward/mean": "reward"}

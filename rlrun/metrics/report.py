@@ -3,7 +3,9 @@
 The page embeds everything it shows (plots as base64 images, each also linked by file name, so
 the page works when mailed alone and the PNGs can be reused), the run's config, sample
 completions with their rewards (best and worst of the last logged step, and the most improved
-problems), and the tables of any eval*.json summaries `rlrun eval` left in the run directory.
+problems; with step rewards each step of a response is coloured by its verdict: green correct,
+red wrong, grey uncheckable), and the tables of any eval*.json summaries `rlrun eval` left in
+the run directory.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ img{max-width:520px;border:1px solid #eee}table{border-collapse:collapse;margin:
 td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top;font-size:.9em}
 pre{background:#f6f8fa;padding:.6em;overflow-x:auto;font-size:.85em;white-space:pre-wrap}
 .num{text-align:right;font-variant-numeric:tabular-nums}
+.correct{background:#e6f4ea}.wrong{background:#fce8e6;text-decoration:underline wavy #c5221f}
+.uncheckable{color:#555}
 """
 
 
@@ -89,10 +93,37 @@ def _clip(text: Any) -> str:
 def _sample_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return [
         [r["step"], _esc(r["problem_id"]), float(r["reward"]),
-         f"<pre>{_esc(_clip(r['prompt']))}</pre>", f"<pre>{_esc(_clip(r['response']))}</pre>",
-         _esc(", ".join(f"{k}={_number(v)}" for k, v in (r.get("components") or {}).items()))]
+         f"<pre>{_esc(_clip(r['prompt']))}</pre>", f"<pre>{_response_html(r)}</pre>",
+         _esc(", ".join(f"{k}={_number(v)}" for k, v in (r.get("components") or {}).items()))
+         + _steps_summary(r.get("steps"))]
         for r in rows
     ]
+
+
+def _response_html(row: dict[str, Any]) -> str:
+    """The response, escaped, each checked step in a span of its verdict's class."""
+    text, steps = _clip(row["response"]), row.get("steps") or []
+    out, pos = [], 0
+    for s in steps:
+        start, end = s["start"], min(s["end"], len(text))
+        if start < pos or start >= end:
+            continue
+        out.append(_esc(text[pos:start]))
+        out.append(f'<span class="{_esc(s["verdict"])}" title="{_esc(s["verdict"])}">'
+                   f"{_esc(text[start:end])}</span>")
+        pos = end
+    out.append(_esc(text[pos:]))
+    return "".join(out)
+
+
+def _steps_summary(steps: list[dict[str, Any]] | None) -> str:
+    if not steps:
+        return ""
+    counts = {v: sum(s["verdict"] == v for s in steps) for v in ("correct", "wrong")}
+    first = next((k for k, s in enumerate(steps) if s["verdict"] == "wrong"), None)
+    where = f", first wrong: step {first + 1}" if first is not None else ""
+    return (f"<br>steps: {len(steps)}, {counts['correct']} correct, {counts['wrong']} "
+            f"wrong{where}")
 
 
 def _number(value: float | None) -> str:

@@ -63,3 +63,24 @@ def test_pick_samples_best_worst_and_most_improved() -> None:
 def test_report_on_a_directory_without_metrics_says_what_to_pass(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="run directory"):
         write_report(str(tmp_path))
+
+
+def test_report_colours_each_step_of_a_response_by_its_verdict(tmp_path: Path) -> None:
+    from rlrun.config import MetricsConfig
+    from rlrun.metrics import MetricsLogger
+
+    response = "2 + 3 = 5\n5 * 2 = 11 <b>\n#### 11"
+    steps = [{"text": "2 + 3 = 5", "verdict": "correct", "start": 0, "end": 9},
+             {"text": "5 * 2 = 11 <b>", "verdict": "wrong", "start": 10, "end": 24},
+             {"text": "#### 11", "verdict": "uncheckable", "start": 25, "end": 32}]
+    with MetricsLogger(MetricsConfig(console="off", progress="off"), str(tmp_path), {},
+                       total_steps=1) as logger:
+        logger.log(1, {"reward/mean": 0.0, "steps/wrong_frac": 0.5})
+        logger.log_samples(1, [{"problem_id": "p", "prompt": "q", "response": response,
+                                "reward": 0.0, "components": {"correctness": 0.0},
+                                "steps": steps}])
+    page = Path(write_report(str(tmp_path))).read_text()
+    assert ('<pre><span class="correct" title="correct">2 + 3 = 5</span>\n'
+            '<span class="wrong" title="wrong">5 * 2 = 11 &lt;b&gt;</span>\n'
+            '<span class="uncheckable" title="uncheckable">#### 11</span></pre>') in page
+    assert "steps: 3, 1 correct, 1 wrong, first wrong: step 2" in page
