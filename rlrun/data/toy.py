@@ -1,5 +1,6 @@
-"""Seeded toy tasks for the CPU demo and the tests: tiny arithmetic and tiny stdin/stdout
-programs, short and regular enough that a 2-layer byte-level model learns them in minutes.
+"""Seeded toy tasks for the CPU demo and the tests: tiny arithmetic, multi-step arithmetic
+chains and tiny stdin/stdout programs, short and regular enough that a 2-layer byte-level model
+learns them in minutes.
 
 Generation is deterministic in (n, seed), and the first k problems are the same for every
 n >= k, so ids such as `toy-arith-17` name the same problem across runs.
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from rlrun.data.errors import DataError
 from rlrun.records import Problem, StdioTest, Tests
 
-TOY_KINDS = ("arithmetic", "code", "mixed")
+TOY_KINDS = ("arithmetic", "steps", "code", "mixed")
 
 
 _NAMES = (
@@ -65,6 +66,42 @@ def arithmetic_problems(n: int, seed: int, max_operand: int = 9) -> list[Problem
                 answer=str(value),
                 reference=f"{a} {op} {b} = {value}\n#### {value}",
                 meta={"source": "toy:arithmetic", "op": op},
+            )
+        )
+    return problems
+
+
+def step_problems(n: int, seed: int, min_steps: int = 2, max_steps: int = 4,
+                  max_value: int = 9) -> list[Problem]:
+    """`n` chains of single-digit additions and subtractions, "Start at 7, then - 5, then + 3.
+    What is the result?" (answer "5"), whose reference writes one step a line:
+    "7 - 5 = 2\n2 + 3 = 5\n#### 5".
+
+    Every intermediate value stays in 0..max_value, so each step is the arithmetic of
+    `toy:arithmetic` and a chain of k steps is right only when all k are: the task on which a
+    final-answer reward says least about which step went wrong (`reward.step_rewards`).
+    """
+    rng = random.Random(f"toy-steps:{seed}")
+    problems = []
+    for i in range(n):
+        value = rng.randint(0, max_value)
+        start, ops, lines = value, [], []
+        for _ in range(rng.randint(min_steps, max_steps)):
+            # The next value is uniform over the others, so no answer is a good guess.
+            result = rng.choice([v for v in range(max_value + 1) if v != value])
+            op, b = ("+", result - value) if result > value else ("-", value - result)
+            ops.append(f"{op} {b}")
+            lines.append(f"{value} {op} {b} = {result}")
+            value = result
+        problems.append(
+            Problem(
+                id=f"toy-steps-{i}",
+                prompt=f"Start at {start}, then " + ", then ".join(ops)
+                + ". What is the result?",
+                kind="math",
+                answer=str(value),
+                reference="\n".join(lines) + f"\n#### {value}",
+                meta={"source": "toy:steps", "steps": len(ops)},
             )
         )
     return problems
@@ -138,6 +175,8 @@ def toy_problems(kind: str, n: int, seed: int) -> list[Problem]:
     """`toy:<kind>` datasets; `mixed` alternates arithmetic and code problems."""
     if kind == "arithmetic":
         return arithmetic_problems(n, seed)
+    if kind == "steps":
+        return step_problems(n, seed)
     if kind == "code":
         return code_problems(n, seed)
     if kind == "mixed":

@@ -20,7 +20,7 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 HELPERS = {"docs_section.py", "measure.py", "trl_grpo.py"}
 # Ray clusters, training runs or several fresh interpreters each: more than a few seconds.
 SLOW = {"learner_memory.py", "learner_tax.py", "partial_rollouts.py", "plan_accuracy.py",
-        "rollout_engines.py", "vs_trl.py", "weight_sync.py"}
+        "rollout_engines.py", "step_rewards.py", "vs_trl.py", "weight_sync.py"}
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name not in HELPERS)
 TIMEOUT_S = 300
 

@@ -5,7 +5,7 @@ import re
 import subprocess
 import sys
 
-from rlrun.data.toy import arithmetic_problems, code_problems, toy_problems
+from rlrun.data.toy import arithmetic_problems, code_problems, step_problems, toy_problems
 
 
 def test_arithmetic_is_deterministic_and_prefix_stable():
@@ -76,3 +76,30 @@ def test_mixed_interleaves_both_kinds():
     mixed = toy_problems("mixed", 7, 0)
     assert [p.kind for p in mixed] == ["math", "code"] * 3 + ["math"]
     assert len({p.id for p in mixed}) == 7
+
+
+def test_step_chains_are_deterministic_and_prefix_stable():
+    assert step_problems(30, 4) == step_problems(30, 4)
+    assert step_problems(100, 4)[:30] == step_problems(30, 4)
+    assert step_problems(30, 4) != step_problems(30, 5)
+    assert toy_problems("steps", 5, 2) == step_problems(5, 2)
+
+
+def test_step_chains_write_every_step_and_each_verifies():
+    from rlrun.rewards.steps import check_steps
+
+    problems = step_problems(300, 0)
+    for p in problems:
+        *lines, final = p.reference.split("\n")
+        numbers = re.findall(r"\d+", p.prompt)
+        assert 2 <= len(lines) == p.meta["steps"] == len(numbers) - 1 <= 4
+        assert lines[0].startswith(numbers[0] + " ") and final == f"#### {p.answer}"
+        for line, operand in zip(lines, numbers[1:], strict=True):
+            a, op, b, _, value = line.split()
+            assert b == operand and 0 <= int(value) <= 9
+            assert int(value) == (int(a) + int(b) if op == "+" else int(a) - int(b))
+        assert [s.verdict for s in check_steps(p.reference)] == ["correct"] * len(lines) + [
+            "uncheckable"]
+    # the answers are spread over 0..9, so no single guess is a good one
+    counts = [sum(p.answer == str(v) for p in problems) for v in range(10)]
+    assert max(counts) < 2 * min(counts)
