@@ -241,8 +241,14 @@ else
     for c in "${changes[@]}"; do import_args+=(--change "$c"); done
     import_args+=(--change "LABEL rlrun.inputs=$hash")
     say "importing the root file system as $image"
+    previous="$(docker image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
     tar --numeric-owner --one-file-system -C "$rootfs" -cf - . \
         | docker import "${import_args[@]}" - "$image" >/dev/null
+    # The image this one replaces is 11 GB of untagged layers now (kept if a container or
+    # another tag still uses it).
+    if [ -n "$previous" ] && [ "$previous" != "$(docker image inspect --format '{{.Id}}' "$image")" ]; then
+        docker rmi "$previous" >/dev/null 2>&1 || true
+    fi
     cleanup
     trap - EXIT
     say "$image built in $((SECONDS - started)) s ($(docker image inspect --format '{{.Size}}' "$image" | awk '{printf "%.2f GB", $1 / 1e9}'))"
