@@ -165,7 +165,8 @@ class CollectiveSync:
         member that failed or the ones that were late. Waits on, after a failure, for the
         calls that can still finish (a sender whose peers died fails by itself), so that only
         members really stuck are reported."""
-        deadline = time.monotonic() + self.timeout_s
+        started = time.monotonic()
+        deadline = started + self.timeout_s
         pending, results, dead, failure = list(calls), {}, [], None
         while pending:
             wait_s = max(0.0, deadline - time.monotonic())
@@ -184,9 +185,11 @@ class CollectiveSync:
                 failure = failure or (f"{calls[ready[0]].name} failed during weight {phase}: "
                                       f"{first_line(error)}")
             if failure is not None:
-                # The rest of the group cannot complete this phase now; give the calls that
-                # end on their own (errors from dead peers) a moment, then stop waiting.
-                deadline = min(deadline, time.monotonic() + 10.0)
+                # The rest of the group cannot complete this phase now. A survivor blocked in
+                # a collective with the dead peer ends by the group's own timeout (also
+                # weights.timeout_s, counted from its call), so wait until that has fired, plus
+                # a margin, before calling anyone stuck.
+                deadline = started + self.timeout_s + 10.0
         stuck = [calls[ref] for ref in pending]
         if failure is None and stuck:
             failure = (f"{', '.join(m.name for m in stuck)} did not finish weight {phase} "
