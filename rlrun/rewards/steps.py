@@ -44,6 +44,7 @@ ends each step, where training places the step's reward part.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -401,6 +402,11 @@ def _rounded(side: list[_Tok], written: Fraction, exact: Fraction, percent_unit:
     return abs(written - exact) < tolerance
 
 
+_BINARY: dict[str, Callable[[Fraction, Fraction], Fraction]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+}
+
+
 class _Parser:
     """expr := term (("+" | "-") term)*;  term := unary (("*" | "/") unary)*;
     unary := "-" unary | "+" unary | primary;  primary := number | "(" expr ")"."""
@@ -426,23 +432,20 @@ class _Parser:
         return ""
 
     def _expr(self) -> Fraction:
-        value = self._term()
-        while self._peek() in ("+", "-"):
-            op = self._peek()
-            self.pos += 1
-            rhs = self._term()
-            value = _bounded(value + rhs if op == "+" else value - rhs)
-        return value
+        return self._left_assoc(("+", "-"), self._term)
 
     def _term(self) -> Fraction:
-        value = self._unary()
-        while self._peek() in ("*", "/"):
-            op = self._peek()
+        return self._left_assoc(("*", "/"), self._unary)
+
+    def _left_assoc(self, ops: tuple[str, str], operand: Callable[[], Fraction]) -> Fraction:
+        """operand (op operand)*, with `op` one of `ops`, evaluated left to right."""
+        value = operand()
+        while (op := self._peek()) in ops:
             self.pos += 1
-            rhs = self._unary()
+            rhs = operand()
             if op == "/" and rhs == 0:
                 raise Uncheckable("division by zero")
-            value = _bounded(value * rhs if op == "*" else value / rhs)
+            value = _bounded(_BINARY[op](value, rhs))
         return value
 
     def _unary(self) -> Fraction:
