@@ -1,8 +1,9 @@
 """Evaluation of a policy on a set of problems: accuracy, unbiased pass@k, breakdowns, flips.
 
-`evaluate` is pure: it is handed a `generate` callable (prompts -> completions) and a `score`
-callable (completions -> correct/reward), so `rlrun eval`, validation inside training and the
-tests share it whatever produces the completions (rollout actors, a local engine).
+`evaluate` is pure: it is handed the `generate` and `score` callables of `rlrun.scoring`
+(the rollout actors or a local engine, and the reward), so `rlrun eval`, validation inside
+training and the tests share it and score as training does. A completion is correct when the
+reward's correctness component is 1 (all tests passed / the answer matches).
 
 Definitions (docs/metrics.md carries the same):
 - accuracy: mean over problems of c/n, the fraction of a problem's n sampled completions that
@@ -23,27 +24,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import fmean
-from typing import Any, NamedTuple
+from typing import Any
 
-from rlrun.config import SamplingConfig
+from rlrun.engines.base import SamplingParams
 from rlrun.metrics.passk import pass_at_k
 from rlrun.metrics.progress import track
-from rlrun.records import Problem, Sample
+from rlrun.records import Problem, ScoredSample
+from rlrun.scoring import GenerateFn, ScoreFn, score_groups
 
 BREAKDOWNS = ("kind", "source", "difficulty")
-
-
-class Outcome(NamedTuple):
-    """How one completion scored."""
-
-    correct: bool
-    reward: float | None  # None: the reward could not score it
-
-
-# generate(prompts, n, greedy) -> n completions per prompt (str or rlrun.records.Sample)
-GenerateFn = Callable[[list[str], int, bool], list[list[Any]]]
-# score(problems, completions) -> one Outcome per completion, same nesting
-ScoreFn = Callable[[list[Problem], list[list[Any]]], list[list[Outcome]]]
 
 
 @dataclass
@@ -171,35 +160,25 @@ def _scored(rewards: list[float | None]) -> list[float]:
     return [r for r in rewards if r is not None]
 
 
-def _text(completion: Any) -> str:
-    return completion if isinstance(completion, str) else completion.response_text
-
-
-def _check_shape(what: str, got: list[list[Any]], problems: int, n: int) -> None:
-    if len(got) != problems or any(len(row) != n for row in got):
-        raise ValueError(
-            f"{what} returned {[len(row) for row in got]} items per problem for {problems} "
-            f"problems; expected {n} each"
-        )
-
-
 def evaluate(
     problems: list[Problem],
     generate: GenerateFn,
     score: ScoreFn,
+    sampling: SamplingParams,
     k_list: Sequence[int] = (1,),
     samples: int = 4,
     greedy: bool = False,
-    seed: int = 0,
     render: Callable[[Problem], str] | None = None,
     batch_size: int = 64,
     progress: str = "off",
+    correct_component: str = "correctness",
 ) -> EvalResult:
-    """Generate `samples` sampled completions (and one greedy one if `greedy`) per problem,
-    score them, and measure accuracy and pass@k for every k in `k_list`.
+    """Generate `samples` sampled completions with `sampling` (and one greedy one if `greedy`)
+    per problem, score them, and measure accuracy and pass@k for every k in `k_list`.
 
     `render` turns a problem into the prompt text (default: the problem's prompt string).
-    `seed` is recorded in the result; the sampling seed itself lives in `generate`.
+    A completion is correct when its `correct_component` is 1; one the component could not
+    score (a sandbox failure) is not correct.
     """
     k_list = sorted(set(k_list))
     if not problems:
@@ -218,50 +197,50 @@ def evaluate(
         prompts = [render(p) for p in batch]
         rows = [_blank(p) for p in batch]
         if greedy:
-            done = generate(prompts, 1, True)
-            _check_shape("generate(greedy)", done, len(batch), 1)
-            outcomes = score(batch, done)
-            _check_shape("score(greedy)", outcomes, len(batch), 1)
-            for row, comps, outs in zip(rows, done, outcomes, strict=True):
-                row.greedy_correct = bool(outs[0].correct)
-                row.greedy_reward = _float(outs[0].reward)
-                row.greedy_response = _text(comps[0])
+            greedy_sampling = replace(sampling, n=1, temperature=0.0, top_p=1.0, top_k=0)
+            for row, (one,) in zip(rows, _attempts(batch, prompts, greedy_sampling, generate,
+                                                   score), strict=True):
+                row.greedy_correct = _correct(one, correct_component)
+                row.greedy_reward = _float(one.reward)
+                row.greedy_response = one.sample.response_text
         if samples:
-            done = generate(prompts, samples, False)
-            _check_shape("generate", done, len(batch), samples)
-            outcomes = score(batch, done)
-            _check_shape("score", outcomes, len(batch), samples)
-            for row, comps, outs in zip(rows, done, outcomes, strict=True):
+            for row, scored in zip(rows, _attempts(batch, prompts, replace(sampling, n=samples),
+                                                   generate, score), strict=True):
                 row.n = samples
-                row.correct = sum(bool(o.correct) for o in outs)
-                row.rewards = [_float(o.reward) for o in outs]
-                row.responses = [_text(c) for c in comps]
+                row.correct = sum(_correct(s, correct_component) for s in scored)
+                row.rewards = [_float(s.reward) for s in scored]
+                row.responses = [s.sample.response_text for s in scored]
                 row.pass_at = {k: pass_at_k(row.n, row.correct, k) for k in k_list}
         results.extend(rows)
-    return EvalResult(results, k_list if samples else [], samples, greedy, seed)
+    return EvalResult(results, k_list if samples else [], samples, greedy, sampling.seed or 0)
+
+
+def _attempts(problems: list[Problem], prompts: list[str], sampling: SamplingParams,
+              generate: GenerateFn, score: ScoreFn) -> list[list[ScoredSample]]:
+    """`sampling.n` completions per problem, scored."""
+    done = generate(prompts, sampling)
+    if len(done) != len(problems) or any(len(row) != sampling.n for row in done):
+        raise ValueError(
+            f"generate returned {[len(row) for row in done]} completions per problem for "
+            f"{len(problems)} problems; expected {sampling.n} each"
+        )
+    return score_groups(score, problems, [[replace(s, problem_id=p.id) for s in row]
+                                          for p, row in zip(problems, done, strict=True)])
+
+
+def _correct(scored: ScoredSample, component: str) -> bool:
+    if component not in scored.components:
+        raise ValueError(
+            f"reward component {component!r} not found (components: "
+            f"{', '.join(scored.components) or 'none'}): accuracy needs a builtin reward.fns "
+            "entry (fn: builtin)"
+        )
+    value = scored.components[component]
+    return value is not None and value >= 1.0 - 1e-9
 
 
 def _float(reward: float | None) -> float | None:
     return None if reward is None else float(reward)
-
-
-def sampling_generate(
-    engine_generate: Callable[[list[str], Any], list[list[Any]]],
-    sampling: SamplingConfig,
-    seed: int | None,
-) -> GenerateFn:
-    """A `generate` callable over an engine-style `generate(prompts, SamplingParams)` (an
-    `Engine`, a `RolloutGroup`): sampled completions use `sampling` and `seed`, greedy ones the
-    same with temperature 0 and top-p/top-k off."""
-    from rlrun.engines import SamplingParams
-
-    def generate(prompts: list[str], n: int, greedy: bool) -> list[list[Any]]:
-        params = SamplingParams.from_config(sampling, n=n, seed=seed)
-        if greedy:
-            params = replace(params, temperature=0.0, top_p=1.0, top_k=0)
-        return engine_generate(prompts, params)
-
-    return generate
 
 
 def _plain_prompt(problem: Problem) -> str:
@@ -280,44 +259,6 @@ def _blank(problem: Problem) -> ProblemResult:
         source=None if meta.get("source") is None else str(meta["source"]),
         difficulty=None if meta.get("difficulty") is None else str(meta["difficulty"]),
     )
-
-
-def reward_scorer(reward: Any, correct_component: str = "correctness") -> ScoreFn:
-    """A `score` callable over a `rlrun.rewards` Reward: a completion is correct when its
-    `correct_component` component is 1 (all tests passed / the answer matches); one the
-    component could not score (a sandbox failure) is not correct."""
-
-    def score(problems: list[Problem], completions: list[list[Any]]) -> list[list[Outcome]]:
-        flat_problems: list[Problem] = []
-        flat_samples: list[Sample] = []
-        for problem, comps in zip(problems, completions, strict=True):
-            for c in comps:
-                flat_problems.append(problem)
-                flat_samples.append(_as_sample(problem, c))
-        scored = reward.score(flat_problems, flat_samples)
-        outcomes = []
-        for s in scored:
-            if correct_component not in s.components:
-                raise ValueError(
-                    f"reward component {correct_component!r} not found (components: "
-                    f"{', '.join(s.components) or 'none'}): accuracy needs a builtin reward.fns "
-                    "entry (fn: builtin)"
-                )
-            value = s.components[correct_component]
-            outcomes.append(Outcome(value is not None and value >= 1.0 - 1e-9, s.reward))
-        out, i = [], 0
-        for comps in completions:
-            out.append(outcomes[i : i + len(comps)])
-            i += len(comps)
-        return out
-
-    return score
-
-
-def _as_sample(problem: Problem, completion: Any) -> Sample:
-    if isinstance(completion, str):
-        return Sample([], [], completion, [], "stop", problem_id=problem.id)
-    return replace(completion, problem_id=problem.id)
 
 
 def compare(

@@ -45,13 +45,13 @@ from rlrun.config import Config
 from rlrun.data_order import DataOrder
 from rlrun.engines.base import SamplingParams
 from rlrun.records import Problem, Sample
+from rlrun.scoring import ScoreFn
 from rlrun.step import (
     Rollout,
     RolloutStats,
-    ScoreFn,
     normalize_weights,
     sampling_seed,
-    score_groups,
+    score_batch,
 )
 
 # advance(prompts, sampling for them, paused samples, sampling for those) ->
@@ -160,8 +160,8 @@ class PartialRollouts:
                 entry.samples[k] = sample
             done = [g for g in self.pool if g.finished is None and g.samples
                     and all(s.finish_reason != "paused" for s in g.samples)]
-            groups = score_groups(self.problems, [(g.position, g.problem_index, g.samples or [])
-                                                  for g in done], score, stats)
+            groups = score_batch(self.problems, [(g.position, g.problem_index, g.samples or [])
+                                                for g in done], score, stats)
             flat = {id(g) for g in batching.split_informative(groups, weights)[1]}
             for entry, group in zip(done, groups, strict=True):
                 entry.finished = group

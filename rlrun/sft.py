@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlrun.checkpoint import absolute, join, writable
+from rlrun.checkpoint import absolute, is_file, join, writable
 from rlrun.config import Config, from_dict, to_dict
 from rlrun.records import Problem
 
@@ -102,11 +102,13 @@ def held_out_metrics(
     sampling settings), measured as the training run's validation measures them: val/accuracy,
     and on a mixed set val/math/accuracy and val/code/accuracy."""
     from rlrun.data.prompts import render_prompt
-    from rlrun.evaluation import evaluate, reward_scorer, sampling_generate
+    from rlrun.engines import SamplingParams
+    from rlrun.evaluation import evaluate
 
     result = evaluate(
-        problems, sampling_generate(engine.generate, cfg.rollout.sampling, seed),
-        reward_scorer(reward), samples=cfg.trainer.eval_samples, seed=seed,
+        problems, engine.generate, reward.score,
+        SamplingParams.from_config(cfg.rollout.sampling, seed=seed),
+        samples=cfg.trainer.eval_samples,
         render=lambda p: render_prompt(p, cfg.data, engine.tokenizer, chat=cfg.model.chat_template),
         batch_size=max(len(problems), 1),
     )
@@ -228,6 +230,23 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp))
     else:
         ray.train.report(metrics)
+
+
+def warm_start(cfg: Config, model_path: str, train: list[Problem], val: list[Problem]) -> str:
+    """The SFT model a training run starts RL from: trained once, reused on resume."""
+    done = join(absolute(cfg.run.output_dir), "sft", "model")
+    if is_file(join(done, "config.json")):
+        print(f"rlrun train: starting from the warm-started model in {done}", flush=True)
+        return done
+    print(f"rlrun train: supervised warm-start (SFT) of {model_path}: up to {cfg.sft.max_steps} "
+          f"steps, until held-out accuracy {cfg.sft.target_accuracy}", flush=True)
+    result = run_sft(cfg, model_path, train, val)
+    print(
+        f"sft done: steps: {result.steps} val/accuracy: {result.accuracy:.3f} "
+        f"(target {cfg.sft.target_accuracy})",
+        flush=True,
+    )
+    return result.model_path
 
 
 def run_sft(cfg: Config, model_path: str, train: list[Problem], val: list[Problem]) -> SFTResult:

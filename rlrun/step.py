@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,13 +31,9 @@ from rlrun.algo import merge_metrics
 from rlrun.config import Config
 from rlrun.data_order import DataOrder
 from rlrun.engines.base import SamplingParams
-from rlrun.records import VERDICT_STATUSES, Problem, Sample, ScoredSample
+from rlrun.records import VERDICT_STATUSES, Problem, Sample
 from rlrun.rewards.reward import component_weights
-
-# generate(prompts, sampling) -> sampling.n samples per prompt, in prompt order
-GenerateFn = Callable[[list[str], SamplingParams], list[list[Sample]]]
-# score(problems, samples) -> one scored sample per sample; problems[i] belongs to samples[i]
-ScoreFn = Callable[[list[Problem], list[Sample]], list[ScoredSample]]
+from rlrun.scoring import GenerateFn, ScoreFn, score_groups
 
 
 @dataclass
@@ -102,7 +97,7 @@ def collect(
         stats.t_generate += time.perf_counter() - t0
         stats.tokens += sum(len(s.response_ids) for samples in generated for s in samples)
         # 3. score
-        new = score_groups(problems, [(start + k, i, samples) for k, (i, samples)
+        new = score_batch(problems, [(start + k, i, samples) for k, (i, samples)
                                       in enumerate(zip(indices, generated, strict=True))],
                            score, stats)
         informative, flat = batching.split_informative(new, weights)
@@ -143,7 +138,7 @@ class RolloutStats:
         return out
 
 
-def score_groups(
+def score_batch(
     problems: list[Problem],
     generated: list[tuple[int, int, list[Sample]]],
     score: ScoreFn,
@@ -151,23 +146,18 @@ def score_groups(
 ) -> list[batching.Group]:
     """Step 3: one scored group per (data position, problem index, its samples), counted in
     `stats`; a group's samples carry its problem id and data position as `group_id`."""
-    flat_problems, flat_samples = [], []
-    for position, index, samples in generated:
-        for sample in samples:
-            flat_problems.append(problems[index])
-            flat_samples.append(dataclasses.replace(
-                sample, problem_id=problems[index].id, group_id=position
-            ))
     t0 = time.perf_counter()
-    scored = score(flat_problems, flat_samples) if flat_samples else []
+    scored = score_groups(
+        score, [problems[index] for _, index, _ in generated],
+        [[dataclasses.replace(s, problem_id=problems[index].id, group_id=position)
+          for s in samples] for position, index, samples in generated],
+    )
     stats.t_score += time.perf_counter() - t0
-    stats.verdicts.update(v.status for s in scored for v in s.verdicts)
-    stats.unscored += sum(s.reward is None for s in scored)
-    groups, k = [], 0
-    for _, index, samples in generated:
-        groups.append(batching.Group(index, scored[k : k + len(samples)]))
-        k += len(samples)
-    return groups
+    flat = [s for group in scored for s in group]
+    stats.verdicts.update(v.status for s in flat for v in s.verdicts)
+    stats.unscored += sum(s.reward is None for s in flat)
+    return [batching.Group(index, group)
+            for (_, index, _), group in zip(generated, scored, strict=True)]
 
 
 def make_batch(rollout: Rollout, version: int, step: int, cfg: Config) -> Batch:

@@ -17,7 +17,7 @@ import torch
 from rlrun.config import Config, DataConfig, load_config
 from rlrun.data.prompts import render_prompt
 from rlrun.data.toy import arithmetic_problems
-from rlrun.engines import make_engine
+from rlrun.engines import SamplingParams, make_engine
 from rlrun.evaluation import (
     EvalResult,
     ProblemResult,
@@ -28,8 +28,6 @@ from rlrun.evaluation import (
     format_flips,
     format_table,
     read_jsonl,
-    reward_scorer,
-    sampling_generate,
     write_jsonl,
 )
 from rlrun.metrics.passk import pass_at_k
@@ -105,8 +103,9 @@ def _evaluate(cfg: Config, model_path: str, problems: list[Problem], **kw) -> Ev
     engine = make_engine("hf", model_path, cfg.rollout, cfg.model.dtype)
     return evaluate(
         problems,
-        sampling_generate(engine.generate, cfg.rollout.sampling, seed=0),
-        reward_scorer(build_reward(cfg, None)),
+        engine.generate,
+        build_reward(cfg, None).score,
+        SamplingParams.from_config(cfg.rollout.sampling, seed=0),
         render=lambda p: render_prompt(p, cfg.data),
         **kw,
     )

@@ -175,8 +175,7 @@ def test_step_rewards_reach_the_samples_the_metrics_and_the_rows():
 
     c = cfg("reward.step_rewards=true", "algo.step_advantage=local", "algo.step_coef=0.5")
     ps = [Problem(id=f"p{i}", prompt=f"q{i}", kind="math", answer="10") for i in range(4)]
-    reward = build_reward(c, None)
-    reward.decode = lambda ids: bytes(ids).decode()
+    reward = build_reward(c, None).using(decode=lambda ids: bytes(ids).decode())
     rollout = step.collect(ps, [p.prompt for p in ps], DataOrder(4, 3), StepEngine().generate,
                            reward.score, c)
     batch = step.make_batch(rollout, version=0, step=0, cfg=c)

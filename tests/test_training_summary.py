@@ -1,6 +1,6 @@
 """The summary `rlrun train` prints and appends to train.log."""
 
-from rlrun.training import format_summary
+from rlrun.metrics.summary import format_summary
 
 
 def test_run_summary_leads_with_the_held_out_change() -> None:

@@ -145,13 +145,14 @@ def _correctness_name(cfg: Config) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from actors.placement import init_ray, place, release
     from actors.rollout import RolloutGroup
     from actors.sandbox import SandboxPool
     from rlrun import evaluation as ev
     from rlrun.data.prompts import render_prompt
+    from rlrun.engines import SamplingParams
     from rlrun.models import load_tokenizer
     from rlrun.rewards import build_reward
-    from rlrun.training import init_ray, place, release
 
     cfg = load_config(args.config, args.overrides)
     k_list, samples = _sample_counts(args, cfg)
@@ -168,18 +169,18 @@ def main(args: argparse.Namespace) -> int:
     pool = RolloutGroup(cfg, model_path, groups["rollout"], prefix)
     sandbox = SandboxPool(cfg.sandbox, prefix, groups.get("sandbox")) if code else None
     try:
-        reward.judge = sandbox.judge if sandbox else None
         result = ev.evaluate(
             problems,
-            ev.sampling_generate(pool.generate, cfg.rollout.sampling, cfg.run.seed),
-            ev.reward_scorer(reward, correct_component=_correctness_name(cfg)),
+            pool.generate,
+            reward.using(judge=sandbox.judge if sandbox else None).score,
+            SamplingParams.from_config(cfg.rollout.sampling, seed=cfg.run.seed),
             k_list=k_list,
             samples=samples,
             greedy=args.greedy,
-            seed=cfg.run.seed,
             render=lambda p: render_prompt(p, cfg.data, tokenizer, chat=cfg.model.chat_template),
             batch_size=max(1, cfg.rollout.batch_size * cfg.rollout.num_actors),
             progress=cfg.metrics.progress,
+            correct_component=_correctness_name(cfg),
         )
     finally:
         reward.close()

@@ -17,10 +17,10 @@ def main(args: argparse.Namespace) -> int:
 
     cfg = load_config(*split_args(args.args))
 
+    from actors.placement import init_ray
     from rlrun.data import load_from_config
     from rlrun.models import model_cache_dir, resolve_model_path
     from rlrun.sft import run_sft
-    from rlrun.training import init_ray
 
     train, val = load_from_config(cfg)
     model_path = resolve_model_path(cfg.model, model_cache_dir(), seed=cfg.run.seed)

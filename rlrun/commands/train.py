@@ -51,8 +51,9 @@ def train(cfg: Config) -> int:
     from actors.pool import first_line
     from rlrun.cluster import ClusterError
     from rlrun.errors import InputError, print_last_line
+    from rlrun.preflight import run_dir_for
     from rlrun.rewards import RewardError
-    from rlrun.training import run_dir_for, run_training
+    from rlrun.training import run_training
 
     try:
         run_training(cfg)

@@ -1,16 +1,22 @@
-"""Early stopping on a validation metric, and which evaluation was the best so far.
+"""Early stopping on a validation metric, and the best model so far.
 
 After each validation, `EarlyStopping.update(step, metrics)` says whether this evaluation is the
-new best (the training loop keeps and marks that checkpoint) and whether `patience`
-evaluations in a row have failed to improve on the best (the run should stop).
+new best and whether `patience` evaluations in a row have failed to improve on the best (the run
+should stop). `BestModel` acts on it for a training run: it exports the new best model to
+run.output_dir/best/model and says where in best.json.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-from rlrun.config import ConfigError, EarlyStoppingConfig
+from rlrun.checkpoint import absolute, is_uri, join
+from rlrun.config import Config, ConfigError, EarlyStoppingConfig
 
 
 @dataclass
@@ -72,3 +78,30 @@ class EarlyStopping:
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint stores so a resumed run keeps its best and its patience count."""
         return asdict(self.state)
+
+
+class BestModel:
+    """Early stopping for a run, keeping the best model in run.output_dir/best/model (for a URI:
+    uploaded there) and best.json in the run directory; `export(path)` writes the model."""
+
+    def __init__(self, cfg: Config, run_dir: str, export: Callable[[str], None]) -> None:
+        self.stopping = EarlyStopping(cfg.trainer.early_stopping)
+        # Absolute: the learner rank that writes it runs in a directory of its own, maybe on
+        # another node.
+        self.model = join(absolute(cfg.run.output_dir), "best", "model")
+        self.run_dir = run_dir
+        self.export = export
+
+    def update(self, version: int, metrics: dict[str, float]) -> bool:
+        """Record the validation of weight `version`; True when the run should stop."""
+        decision = self.stopping.update(version, metrics)
+        if decision.message:
+            print(f"rlrun train: early stopping: {decision.message}", flush=True)
+        if decision.improved:
+            self.export(self.model)
+            best = {"weight_version": version, "metric": self.stopping.cfg.metric,
+                    "value": decision.best_value,
+                    # relative to the run directory when that is where the model is
+                    "model": self.model if is_uri(self.model) else os.path.join("best", "model")}
+            Path(self.run_dir, "best.json").write_text(json.dumps(best) + "\n")
+        return decision.stop

@@ -10,7 +10,7 @@ With `reward.step_rewards`, each math sample's steps are checked too (`rlrun.rew
 `ScoredSample.steps` holds every step's verdict and `token_rewards` a part at each step's last
 token (`reward.step_correct`, `reward.step_wrong`, 0 for an uncheckable step). The parts do not
 add to `reward`; `algo.step_advantage` decides what the advantage makes of them. Placing them
-needs the engine's `decode` (set `Reward.decode`); without it the steps are checked but no
+needs the engine's `decode` (`Reward.using`); without it the steps are checked but no
 part is placed.
 
 A component is None where it gives no score (TRL's convention for a reward function): it adds
@@ -34,6 +34,8 @@ from rlrun.rewards.shaping import shaping_components
 from rlrun.rewards.steps import check_steps, last_tokens
 
 SHAPING_NAMES: tuple[str, ...] = ("length", "overlong", "format")
+# token ids -> text as the engine decodes them: places step parts at tokens
+Decode = Callable[[list[int]], str]
 
 
 @dataclass
@@ -66,12 +68,18 @@ class Reward:
     """Scores batches of samples against their problems; see `build_reward`. Its plug-ins run
     in child processes: `close` (or leaving a `with` block) stops them."""
 
-    def __init__(self, cfg: Config, judge: JudgeFn | None, terms: list[_Term]) -> None:
+    def __init__(self, cfg: Config, judge: JudgeFn | None, terms: list[_Term],
+                 decode: Decode | None = None) -> None:
         self.cfg = cfg
         self.judge = judge
         self.terms = terms
-        # token ids -> text as the engine decodes them: places step parts at tokens
-        self.decode: Callable[[list[int]], str] | None = None
+        self.decode = decode
+
+    def using(self, judge: JudgeFn | None = None, decode: Decode | None = None) -> Reward:
+        """This reward judging code with `judge` and placing step parts with `decode`: the
+        plug-ins are built (and checked) before the sandbox and the tokenizer exist. The two
+        share the plug-ins' processes; closing either stops them."""
+        return Reward(self.cfg, judge, self.terms, decode)
 
     @property
     def names(self) -> list[str]:
@@ -196,8 +204,8 @@ class Reward:
 
 def build_reward(cfg: Config, judge: JudgeFn | None) -> Reward:
     """The reward `cfg.reward` describes; `judge` runs code (None is fine for math-only data,
-    and until the sandbox exists: set `Reward.judge` then). Each plug-in is imported, and its
-    signature checked, in its own process now."""
+    and until the sandbox exists: `Reward.using` gives the reward with it). Each plug-in is
+    imported, and its signature checked, in its own process now."""
     names = [rfn.name for rfn in cfg.reward.fns]
     for i, rfn in enumerate(cfg.reward.fns):
         where = f"reward.fns[{i}]"

@@ -11,6 +11,7 @@ import ray
 import torch
 
 from actors.learner import LearnerGroup
+from actors.placement import place, release
 from actors.rollout import RolloutGroup
 from actors.weight_sync import CollectiveSync, make_weight_sync
 from rlrun import batching
@@ -18,7 +19,6 @@ from rlrun.config import load_config
 from rlrun.engines import SamplingParams
 from rlrun.engines.hf import HFEngine
 from rlrun.models import resolve_model_path
-from rlrun.training import place, release
 from rlrun.weights.object_store import ObjectStoreReceiver
 
 pytestmark = pytest.mark.slow

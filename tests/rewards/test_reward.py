@@ -105,8 +105,8 @@ def _tokens(problem, text):
 
 
 def test_step_rewards_place_a_part_at_each_steps_last_token():
-    reward = build_reward(config("reward.step_rewards=true", "reward.step_correct=0.5"), None)
-    reward.decode = lambda ids: bytes(ids).decode()
+    reward = build_reward(config("reward.step_rewards=true", "reward.step_correct=0.5"),
+                          None).using(decode=lambda ids: bytes(ids).decode())
     text = "3 + 4 = 8\nso 8 * 2 = 16\n#### 16"
     (scored,) = reward.score([P[0]], [_tokens(P[0], text)])
     assert scored.reward == 0.0 and scored.components == {"correctness": 0.0}  # parts apart

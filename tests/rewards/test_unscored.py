@@ -8,7 +8,8 @@ import pytest
 from rlrun import batching, records, step
 from rlrun.config import load_config
 from rlrun.data_order import DataOrder
-from rlrun.evaluation import aggregate, evaluate, reward_scorer
+from rlrun.engines import SamplingParams
+from rlrun.evaluation import aggregate, evaluate
 from rlrun.records import JudgeResult, Problem, Sample, StdioTest, Submission, Verdict
 from rlrun.rewards import build_reward
 from rlrun.rewards.audit import run_audit
@@ -141,11 +142,12 @@ def test_the_audit_does_not_pass_a_reference_the_sandbox_could_not_judge():
 def test_evaluation_counts_an_unscored_completion_as_not_correct():
     problems = [code_problem("c0")]
 
-    def generate(prompts, n, greedy):
-        return [[fenced("print(input())"), fenced("BOOM"), fenced("BOOM"), "no code"]]
+    def generate(prompts, sampling):
+        texts = [fenced("print(input())"), fenced("BOOM"), fenced("BOOM"), "no code"]
+        return [[Sample([], [], t, [], "stop") for t in texts]]
 
-    result = evaluate(problems, generate, reward_scorer(build_reward(config(), FakeJudge())),
-                      k_list=[1, 2], samples=4)
+    result = evaluate(problems, generate, build_reward(config(), FakeJudge()).score,
+                      SamplingParams(), k_list=[1, 2], samples=4)
     row = result.problems[0]
     assert (row.n, row.correct) == (4, 1)
     assert row.rewards == [1.0, None, None, 0.0]

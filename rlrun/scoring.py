@@ -1,0 +1,32 @@
+"""The one scoring path: how training, validation and `rlrun eval` call the engines and the
+reward, and how a batch of groups is scored.
+
+`GenerateFn` is what the rollout actors (`RolloutGroup.generate`) and a local engine offer;
+`ScoreFn` is what a `Reward` offers (`Reward.score`). `score_groups` flattens the groups into
+one call, so the judge sees the whole batch at once, and regroups the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rlrun.engines.base import SamplingParams
+from rlrun.records import Problem, Sample, ScoredSample
+
+# generate(prompts, sampling) -> sampling.n samples per prompt, in prompt order
+GenerateFn = Callable[[list[str], SamplingParams], list[list[Sample]]]
+# score(problems, samples) -> one scored sample per sample; problems[i] belongs to samples[i]
+ScoreFn = Callable[[list[Problem], list[Sample]], list[ScoredSample]]
+
+
+def score_groups(score: ScoreFn, problems: list[Problem],
+                 groups: list[list[Sample]]) -> list[list[ScoredSample]]:
+    """`groups[i]` (samples answering `problems[i]`) scored in one call, in the same nesting."""
+    flat_problems = [p for p, samples in zip(problems, groups, strict=True) for _ in samples]
+    flat_samples = [s for samples in groups for s in samples]
+    scored = score(flat_problems, flat_samples) if flat_samples else []
+    out, k = [], 0
+    for samples in groups:
+        out.append(scored[k : k + len(samples)])
+        k += len(samples)
+    return out
