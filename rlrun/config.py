@@ -20,6 +20,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from rlrun import algo_choices
 from rlrun.errors import InputError
 from rlrun.trl_names import key_hint, value_hint
 
@@ -334,16 +335,14 @@ CHOICES: dict[str, tuple[str, ...]] = {
         "auto", "gsm8k", "math", "humaneval", "mbpp", "apps", "code_contests",
         "codeforces", "leetcode", "plain", "rlrun",
     ),
-    "algo.scale_rewards": ("group", "batch", "none"),
-    "algo.loss_agg": (
-        "token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "seq_mean_token_sum",
-    ),
-    "algo.policy_loss": ("clip", "cispo", "sapo", "vespo"),
-    "algo.ratio_level": ("token", "sequence"),
-    "algo.kl_estimator": ("k1", "k2", "k3"),
-    "algo.is_correction": ("none", "token", "sequence"),
-    "algo.is_mode": ("truncate", "mask"),
-    "algo.step_advantage": ("none", "local", "min"),
+    "algo.scale_rewards": algo_choices.SCALE_REWARDS,
+    "algo.loss_agg": algo_choices.LOSS_AGGREGATIONS,
+    "algo.policy_loss": algo_choices.POLICY_LOSSES,
+    "algo.ratio_level": algo_choices.RATIO_LEVELS,
+    "algo.kl_estimator": algo_choices.KL_ESTIMATORS,
+    "algo.is_correction": ("none", *algo_choices.IS_CORRECTIONS),
+    "algo.is_mode": algo_choices.IS_MODES,
+    "algo.step_advantage": ("none", *algo_choices.STEP_RULES),
     "rollout.engine": ("hf", "vllm"),
     "learner.strategy": ("ddp", "fsdp2"),
     "learner.master_dtype": ("float32", "bfloat16", "float16"),

@@ -41,6 +41,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rlrun.algo_choices import SCALE_REWARDS, STEP_RULES
+
 STD_EPS = 1e-4  # TRL's constant; veRL uses 1e-6
 
 
@@ -52,8 +54,8 @@ def group_advantages(rewards: Tensor, scale: str) -> Tensor:
     """
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [B, G] (prompts x completions): {list(rewards.shape)}")
-    if scale not in ("group", "batch", "none"):
-        raise ValueError(f"algo.scale_rewards={scale!r}: choose one of group, batch, none")
+    if scale not in SCALE_REWARDS:
+        raise ValueError(f"algo.scale_rewards={scale!r}: choose one of {', '.join(SCALE_REWARDS)}")
     rewards = rewards.float()
     if torch.isnan(rewards).any():
         return _advantages_with_unscored(rewards, scale)
@@ -121,9 +123,6 @@ def normalize_then_sum_advantages(components: Tensor, weights: Tensor) -> Tensor
     return torch.nan_to_num(advantages, nan=0.0)
 
 
-STEP_RULES = ("local", "min")
-
-
 def step_advantages(advantages: Tensor, parts: Tensor, rule: str, coef: float) -> Tensor:
     """Per-token advantages from the outcome advantages and step parts: [N], [N, L] -> [N, L].
 
@@ -140,7 +139,7 @@ def step_advantages(advantages: Tensor, parts: Tensor, rule: str, coef: float) -
             f"{list(parts.shape)}"
         )
     if rule not in STEP_RULES:
-        raise ValueError(f"algo.step_advantage={rule!r}: choose one of none, local, min")
+        raise ValueError(f"algo.step_advantage={rule!r}: choose one of {', '.join(STEP_RULES)}")
     n, length = parts.shape
     has = ~torch.isnan(parts)  # [N, L]
     if rule == "min":

@@ -54,7 +54,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from rlrun.algo.importance import sequence_is_weights, token_is_weights
+from rlrun import algo_choices
+from rlrun.algo.importance import IS_WEIGHTS
 from rlrun.algo.kl import KL_ESTIMATORS
 from rlrun.algo.masks import off_policy_mask
 from rlrun.algo.policy_losses import (
@@ -111,12 +112,9 @@ def seq_mean_token_sum(per_token: Tensor, mask: Tensor, norm: LossNorm) -> Tenso
     return (per_token * mask).sum() / max(norm.total_seqs, 1.0)
 
 
-LOSS_AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, LossNorm], Tensor]] = {
-    "token_mean": token_mean,
-    "seq_mean_token_mean": seq_mean_token_mean,
-    "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
-    "seq_mean_token_sum": seq_mean_token_sum,
-}
+LOSS_AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, LossNorm], Tensor]] = dict(zip(
+    algo_choices.LOSS_AGGREGATIONS,
+    (token_mean, seq_mean_token_mean, seq_mean_token_sum_norm, seq_mean_token_sum), strict=True))
 
 
 def clipped_policy_loss(
@@ -187,23 +185,15 @@ def _behaviour_weights(
             f"algo.is_correction={cfg.is_correction} needs the rollout engine's behaviour "
             "log-probs (behaviour_logprobs); pass them or set algo.is_correction=none"
         )
+    is_weights = IS_WEIGHTS[cfg.is_correction](
+        old_logprobs, behaviour_logprobs, mask, cfg.is_cap, cfg.is_floor, cfg.is_mode
+    )  # [N, L] per token, [N, 1] per sequence
     if cfg.is_correction == "token":
-        is_weights = token_is_weights(
-            old_logprobs, behaviour_logprobs, mask, cfg.is_cap, cfg.is_floor, cfg.is_mode
-        )  # [N, L]
-        stats["loss/is_weight_mean"] = _share(is_weights, mask, norm.total_tokens)
-        stats["loss/is_weight_max"] = _masked_max(is_weights, mask)
-    elif cfg.is_correction == "sequence":
-        is_weights = sequence_is_weights(
-            old_logprobs, behaviour_logprobs, mask, cfg.is_cap, cfg.is_floor, cfg.is_mode
-        )  # [N, 1]
-        seq_mask = torch.ones_like(is_weights)  # [N, 1]
-        stats["loss/is_weight_mean"] = _share(is_weights, seq_mask, norm.total_seqs)
-        stats["loss/is_weight_max"] = _masked_max(is_weights, seq_mask)
+        counted, count = mask, norm.total_tokens
     else:
-        raise ValueError(
-            f"algo.is_correction={cfg.is_correction!r}: choose one of none, token, sequence"
-        )
+        counted, count = torch.ones_like(is_weights), norm.total_seqs  # [N, 1]
+    stats["loss/is_weight_mean"] = _share(is_weights, counted, count)
+    stats["loss/is_weight_max"] = _masked_max(is_weights, counted)
     return is_weights
 
 
@@ -297,9 +287,6 @@ def grpo_loss(
         behaviour_logprobs=behaviour_logprobs, ref_logprobs=ref_logprobs, entropy=entropy,
         entropy_mask=entropy_mask, token_advantages=token_advantages,
     )
-    if cfg.loss_agg not in LOSS_AGGREGATIONS:
-        choices = ", ".join(LOSS_AGGREGATIONS)
-        raise ValueError(f"algo.loss_agg={cfg.loss_agg!r}: choose one of {choices}")
     aggregate = LOSS_AGGREGATIONS[cfg.loss_agg]
     mask = mask.to(logprobs.dtype)  # [N, L]
     adv = advantages.detach().to(logprobs.dtype).unsqueeze(-1)  # [N, 1]
@@ -355,8 +342,6 @@ def grpo_loss(
                 f"algo.kl_coef={cfg.kl_coef} needs the reference model's log-probs (ref_logprobs); "
                 "pass them or set algo.kl_coef=0"
             )
-        if cfg.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"algo.kl_estimator={cfg.kl_estimator!r}: choose one of k1, k2, k3")
         kl = KL_ESTIMATORS[cfg.kl_estimator](logprobs, ref_logprobs.detach())  # [N, L]
         if cfg.kl_bias_correction:
             kl = kl * ratio  # [N, L]

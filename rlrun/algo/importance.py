@@ -21,9 +21,12 @@ Notation used for tensor shapes: N sequences, L completion positions.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
+
+from rlrun import algo_choices
 
 
 def _bound(weights: Tensor, cap: float, floor: float | None, mode: str) -> Tensor:
@@ -32,7 +35,7 @@ def _bound(weights: Tensor, cap: float, floor: float | None, mode: str) -> Tenso
     if mode == "mask":
         low = -math.inf if floor is None else floor
         return weights.masked_fill((weights < low) | (weights > cap), 0.0)
-    raise ValueError(f"algo.is_mode={mode!r}: choose one of truncate, mask")
+    raise ValueError(f"algo.is_mode={mode!r}: choose one of {', '.join(algo_choices.IS_MODES)}")
 
 
 def _log_ratio(old_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor) -> Tensor:
@@ -64,3 +67,7 @@ def sequence_is_weights(
     """One weight per sequence, min(prod_t w_t, cap) (or masked), [N, 1], no gradient."""
     log_w = _log_ratio(old_logprobs, behaviour_logprobs, mask).sum(dim=-1, keepdim=True)  # [N, 1]
     return _bound(torch.exp(log_w), cap, floor, mode)  # [N, 1]
+
+
+IS_WEIGHTS: dict[str, Callable[[Tensor, Tensor, Tensor, float, float | None, str], Tensor]] = dict(
+    zip(algo_choices.IS_CORRECTIONS, (token_is_weights, sequence_is_weights), strict=True))

@@ -19,6 +19,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from rlrun import algo_choices
+
 
 def kl_k1(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """k1 = log pi_theta - log pi_ref, [N, L] (veRL kl_loss_type "kl")."""
@@ -40,8 +42,5 @@ def kl_k3(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     return torch.exp(log_r) - log_r - 1  # [N, L]
 
 
-KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "k1": kl_k1,
-    "k2": kl_k2,
-    "k3": kl_k3,
-}
+KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = dict(
+    zip(algo_choices.KL_ESTIMATORS, (kl_k1, kl_k2, kl_k3), strict=True))
