@@ -24,7 +24,8 @@ import tempfile
 
 from docs_section import SMOKE_HELP, smoke_done, write_section
 from measure import cpu_name
-from vs_trl import alternate_learner_steps, bench_config, with_overrides
+from training_runs import with_overrides
+from vs_trl import alternate_learner_steps, bench_config
 from vs_trl import parse_args as vs_trl_args
 
 HEADING = "## Learner step: in one process vs as a Ray actor"

@@ -36,6 +36,7 @@ from typing import Any
 
 import measure
 from docs_section import SMOKE_HELP, smoke_done, write_section
+from training_runs import train_from, with_overrides
 
 from rlrun.config import Config, load_config
 
@@ -75,30 +76,9 @@ def bench_config(args: argparse.Namespace) -> Config:
     return load_config(args.config, overrides + list(args.overrides))
 
 
-def with_overrides(cfg: Config, overrides: list[str]) -> Config:
-    """A validated copy of `cfg` with `key=value` overrides applied."""
-    from omegaconf import OmegaConf
-
-    from rlrun.config import from_dict, to_dict, validate
-
-    merged = OmegaConf.merge(to_dict(cfg), OmegaConf.from_dotlist(list(overrides)))
-    out = from_dict(OmegaConf.to_container(merged))
-    validate(out)
-    return out
-
-
 def run_arm(cfg: Config, model_path: str, out: Path, target: float) -> dict[str, Any]:
     """One training run from `model_path`; its held-out curve and what the table needs."""
-    import shutil
-
-    from rlrun.training import run_training
-
-    shutil.rmtree(out, ignore_errors=True)
-    run_cfg = with_overrides(cfg, [f"model.path={model_path}", f"run.output_dir={out}",
-                                   "sft.enabled=false"])
-    started = time.perf_counter()
-    summary = run_training(run_cfg)
-    wall = time.perf_counter() - started
+    summary, wall = train_from(cfg, model_path, out)
     with open(Path(summary["run_dir"]) / "metrics.jsonl") as f:
         rows = [json.loads(line) for line in f]
     trained = [r for r in rows if "train/samples" in r]

@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import shlex
-import shutil
 import statistics
 import sys
 import tempfile
@@ -43,6 +42,7 @@ from typing import Any
 
 import measure
 from docs_section import DOCS, SMOKE_HELP, smoke_done, write_section
+from training_runs import train_from, with_overrides
 from trl_grpo import run_trl
 
 from rlrun.batching import Shard
@@ -123,18 +123,6 @@ def bench_config(args: argparse.Namespace) -> Config:
     return load_config(args.config, overrides + list(args.overrides))
 
 
-def with_overrides(cfg: Config, overrides: list[str]) -> Config:
-    """A validated copy of `cfg` with `key=value` overrides applied."""
-    from omegaconf import OmegaConf
-
-    from rlrun.config import from_dict, to_dict, validate
-
-    merged = OmegaConf.merge(to_dict(cfg), OmegaConf.from_dotlist(list(overrides)))
-    out = from_dict(OmegaConf.to_container(merged))
-    validate(out)
-    return out
-
-
 def evaluate(path: str, cfg: Config, val: list[Problem]) -> float:
     """Held-out sampled accuracy of the model at `path` (same n, seed and settings for all)."""
     from rlrun.engines.hf import HFEngine
@@ -157,15 +145,8 @@ def rlrun_phase(run_dir: str) -> tuple[float, list[dict[str, float]]]:
 def run_rlrun(cfg: Config, model_path: str, run_out: Path) -> dict[str, Any]:
     """`run_training` from the warm-started model (no second SFT), into `run_out`."""
     from rlrun.checkpoint import latest_checkpoint
-    from rlrun.training import run_training
 
-    shutil.rmtree(run_out, ignore_errors=True)
-    rl_cfg = with_overrides(
-        cfg, [f"model.path={model_path}", f"run.output_dir={run_out}", "sft.enabled=false"]
-    )
-    started = time.perf_counter()
-    summary = run_training(rl_cfg)
-    wall = time.perf_counter() - started
+    summary, wall = train_from(cfg, model_path, run_out)
     phase, rows = rlrun_phase(summary["run_dir"])
     final = latest_checkpoint(str(run_out))
     if final is None:

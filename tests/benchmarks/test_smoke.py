@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 DOCS = ROOT / "docs" / "benchmarks.md"
-HELPERS = {"docs_section.py", "measure.py", "trl_grpo.py"}
+HELPERS = {"docs_section.py", "measure.py", "training_runs.py", "trl_grpo.py"}
 # Ray clusters, training runs or several fresh interpreters each: more than a few seconds.
 SLOW = {"learner_memory.py", "learner_tax.py", "partial_rollouts.py", "plan_accuracy.py",
         "rollout_engines.py", "step_rewards.py", "vs_trl.py", "weight_sync.py"}
