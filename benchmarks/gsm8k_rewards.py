@@ -1,8 +1,13 @@
 """GSM8K reward audit: every test problem's gold solution must score 1, the same text with the
 final answer changed must score 0, under each math extractor.
 
-    python benchmarks/gsm8k_rewards.py [PATH]   # default ../shared/data/gsm8k/test.jsonl
+    python benchmarks/gsm8k_rewards.py PATH     # the GSM8K test split, 1319 problems
     python benchmarks/gsm8k_rewards.py --smoke  # 50 rows of tests/fixtures, no table written
+
+PATH is a file of GSM8K's test split, rows with `question` and `answer` (the worked solution,
+ending in `#### n`), as JSON lines or Parquet: the `main` config of openai/gsm8k on the Hugging
+Face hub, e.g. saved by `python -c "import datasets; datasets.load_dataset('openai/gsm8k',
+'main', split='test').to_json('gsm8k_test.jsonl')"`.
 
 `strict` is veRL's GSM8K `####` extractor (the default), `flexible` reads the last number, and
 `math_verify` hands the text to Hugging Face math-verify (what TRL's accuracy reward uses), shown
@@ -49,12 +54,16 @@ def _run(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default=None,
-                        help="GSM8K test split (default ../shared/data/gsm8k/test.jsonl; "
-                        "--smoke: the 50-row subset in tests/fixtures)")
+                        help="GSM8K test split, a .jsonl or .parquet file of openai/gsm8k "
+                        "(required; --smoke: the 50-row subset in tests/fixtures)")
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args(argv)
     if args.path is None:
-        args.path = str(SMOKE_DATA) if args.smoke else "../shared/data/gsm8k/test.jsonl"
+        if not args.smoke:
+            parser.error("give PATH: the GSM8K test split as a .jsonl or .parquet file "
+                         "(openai/gsm8k on the Hugging Face hub; the docstring of "
+                         "benchmarks/gsm8k_rewards.py shows how to save it)")
+        args.path = str(SMOKE_DATA)
     problems = load_problems(args.path, fmt="gsm8k").problems
     gold = [p.reference or "" for p in problems]
     # The "final answer" of a GSM8K solution is the one after ####; change it, keep the rest.
@@ -84,9 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     if worst:
         print("\nworst rows:\n  " + "\n  ".join(worst))
     section = (
-        f"{HEADING}\n\n`python benchmarks/gsm8k_rewards.py {args.path}` on {n} GSM8K test "
-        "problems: each gold solution text, and the same text with its final `#### n` changed "
-        "to n+1, scored by the rlrun reward (one process, answers/s over both passes).\n\n"
+        f"{HEADING}\n\n`python benchmarks/gsm8k_rewards.py PATH` on {n} GSM8K test problems "
+        "(PATH: the test split of openai/gsm8k on the Hugging Face hub): each gold solution "
+        "text, and the same text with its final `#### n` changed to n+1, scored by the rlrun "
+        "reward (one process, answers/s over both passes).\n\n"
         f"{table}\n"
     )
     write_section(HEADING, section)

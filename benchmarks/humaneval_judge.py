@@ -8,9 +8,13 @@ harness: an early `sys.exit(0)`, an object whose `__eq__` is always true, and `b
 patched. A problem passes when its solution is accepted, at least one mutant is rejected, and
 every hack is.
 
-    python benchmarks/humaneval_judge.py [PATH]
-    (PATH defaults to ../shared/data/humaneval/HumanEval.jsonl.gz)
+    python benchmarks/humaneval_judge.py PATH      # the 164 HumanEval problems
     python benchmarks/humaneval_judge.py --smoke   # 3 problems of tests/fixtures, nothing written
+
+PATH is HumanEval as JSON lines (`.jsonl`, or gzipped `.jsonl.gz`), rows with `task_id`,
+`prompt`, `canonical_solution`, `test` and `entry_point`: the test split of
+openai/openai_humaneval on the Hugging Face hub, e.g. saved by `python -c "import datasets;
+datasets.load_dataset('openai/openai_humaneval', split='test').to_json('HumanEval.jsonl')"`.
 
 Prints a summary and writes it into docs/benchmarks.md under its own heading.
 """
@@ -33,8 +37,6 @@ from rlrun.records import Tests as Cases
 from rlrun.sandbox import Judge, make_submission
 
 HEADING = "## Sandbox: HumanEval canonical solutions, mutants and hacks"
-DEFAULT = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "humaneval" \
-    / "HumanEval.jsonl.gz"
 SMOKE_DATA = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "data" \
     / "humaneval.jsonl.gz"
 
@@ -105,15 +107,19 @@ def mutants(prompt: str, solution: str) -> list[tuple[str, str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("path", nargs="?", default=None,
-                        help="HumanEval.jsonl(.gz) (default: the full set under ../shared; "
-                        "--smoke: 3 problems in tests/fixtures)")
+                        help="HumanEval as .jsonl or .jsonl.gz, from openai/openai_humaneval "
+                        "(required; --smoke: 3 problems in tests/fixtures)")
     parser.add_argument("--backend", default="process", help="process | bwrap | docker")
     parser.add_argument("--workers", type=int, default=2, help="executor slots")
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
     args = parser.parse_args(argv)
     if args.path is None:
-        args.path = str(SMOKE_DATA if args.smoke else DEFAULT)
+        if not args.smoke:
+            parser.error("give PATH: HumanEval as a .jsonl or .jsonl.gz file "
+                         "(openai/openai_humaneval on the Hugging Face hub; the docstring of "
+                         "benchmarks/humaneval_judge.py shows how to save it)")
+        args.path = str(SMOKE_DATA)
     opener = gzip.open if args.path.endswith(".gz") else open
     with opener(args.path, "rt") as f:
         rows = [json.loads(line) for line in f if line.strip()]
@@ -150,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     n = len(rows)
     lines = [
         HEADING, "",
-        f"`python benchmarks/humaneval_judge.py` ({args.backend} backend, {args.workers} slots: "
-        f"{isolation}); {len(subs)} programs judged in {elapsed:.1f} s "
-        f"({len(subs) / elapsed:.0f} harness runs/s).", "",
+        f"`python benchmarks/humaneval_judge.py PATH` on {n} HumanEval problems (PATH: "
+        f"the test split of openai/openai_humaneval on the Hugging Face hub; {args.backend} "
+        f"backend, {args.workers} slots: {isolation}); {len(subs)} programs judged in "
+        f"{elapsed:.1f} s ({len(subs) / elapsed:.0f} harness runs/s).", "",
         "| check | problems |", "| --- | --- |",
         f"| canonical solution accepted | {len(canon_ok)}/{n} |",
         f"| at least one mutant rejected | {len(mutant_caught)}/{n} "

@@ -1,6 +1,7 @@
 """The memory planner (`rlrun.plan`, `rlrun plan`): hand-checked numbers for Qwen2.5-7B against
-the audit (docs: /work/shared/reference/vllm_gpu_audit.md, "Task 3"), the fit verdicts, the
-suggested overrides really fitting, and the command line. Pure arithmetic: no torch, no Ray."""
+an audit of its GPU memory under vLLM (weights, KV cache bytes per token, KV cache sizes), the
+fit verdicts, the suggested overrides really fitting, and the command line. Pure arithmetic: no
+torch, no Ray."""
 
 from __future__ import annotations
 

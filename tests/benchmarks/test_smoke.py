@@ -4,7 +4,7 @@ docs/benchmarks.md as it was.
 The scripts are found in the folder, so a new script without a `--smoke` flag fails here
 (argparse exits 2 on an unknown flag). Helper modules, imported by the scripts and run by none,
 are listed in HELPERS. A smoke run takes its data from tests/fixtures or generates it, never
-from ../shared, and builds its models in a temporary $RLRUN_CACHE.
+from a dataset outside the repository, and builds its models in a temporary $RLRUN_CACHE.
 """
 
 import os
