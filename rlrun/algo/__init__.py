@@ -15,8 +15,8 @@ from rlrun.algo.advantages import (
 )
 from rlrun.algo.grpo import (
     LOSS_AGGREGATIONS,
+    POLICY_LOSSES,
     LossNorm,
-    clipped_policy_loss,
     ddp_loss,
     grpo_loss,
     merge_metrics,
@@ -45,10 +45,10 @@ from rlrun.algo.policy_losses import (
 __all__ = [
     "KL_ESTIMATORS",
     "LOSS_AGGREGATIONS",
+    "POLICY_LOSSES",
     "LossNorm",
     "MiniBatch",
     "cispo_policy_loss",
-    "clipped_policy_loss",
     "ddp_loss",
     "entropy_threshold",
     "filter_equal_groups",

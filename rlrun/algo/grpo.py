@@ -26,7 +26,9 @@ the GRPO family added:
   step parts of `algo.step_advantage`); what is decided per sequence (the off-policy mask,
   VESPO's weight, the clip statistics under GSPO's sequence ratio) still uses A_i.
 
-Loss aggregation is its own named function per variant:
+Each `policy_loss` is a function in `POLICY_LOSSES` (`clip_loss`, ...): from `PolicyInputs`
+it returns the per-token policy term before masks and importance weights, and adds its own
+statistics. Each `loss_agg` is a function in `LOSS_AGGREGATIONS`:
 
     token_mean               sum_{i,t} l_it / T                      DAPO; TRL "dapo" (and "bnpo")
     seq_mean_token_mean      sum_i (sum_t l_it / |y_i|) / S           original GRPO; TRL "grpo"
@@ -117,24 +119,6 @@ LOSS_AGGREGATIONS: dict[str, Callable[[Tensor, Tensor, LossNorm], Tensor]] = dic
     (token_mean, seq_mean_token_mean, seq_mean_token_sum_norm, seq_mean_token_sum), strict=True))
 
 
-def clipped_policy_loss(
-    ratio: Tensor,
-    advantages: Tensor,
-    clip_low: float,
-    clip_high: float,
-    dual_clip: float | None = None,
-) -> Tensor:
-    """Per-token PPO clipped surrogate, negated: max(-A r, -A clip(r, 1-eps_low, 1+eps_high)).
-
-    ratio [N, L], advantages [N, 1] -> [N, L]. With `dual_clip` = c the unclipped ratio is first
-    capped at c (TRL `delta`), which bounds the loss of negative-advantage tokens by -A c.
-    """
-    unclipped_ratio = ratio if dual_clip is None else torch.clamp(ratio, max=dual_clip)  # [N, L]
-    pg_loss1 = -advantages * unclipped_ratio  # [N, L]
-    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_low, 1 + clip_high)  # [N, L]
-    return torch.maximum(pg_loss1, pg_loss2)  # [N, L]
-
-
 def ddp_loss(loss_share: Tensor, world_size: int) -> Tensor:
     """The tensor a DDP/FSDP rank calls backward on: its global-loss share times world_size.
 
@@ -197,58 +181,85 @@ def _behaviour_weights(
     return is_weights
 
 
-def _policy_term(
-    logprobs: Tensor,
-    log_ratio: Tensor,
-    ratio: Tensor,
-    adv: Tensor,
-    seq_adv: Tensor,
-    mask: Tensor,
-    is_weights: Tensor | None,
-    cfg: AlgoConfig,
-    norm: LossNorm,
-    stats: dict[str, Tensor],
-) -> Tensor:
-    """The per-token policy loss `cfg.policy_loss`, [N, L] or [N, 1], before masks and weights.
+@dataclass
+class PolicyInputs:
+    """What a policy loss reads, and where it adds its own metrics. R is L for a per-token
+    ratio and 1 for GSPO's sequence ratio (`ratio_level`)."""
 
-    log_ratio [N, L] is per token whatever `ratio_level` is (VESPO builds its own sequence
-    weight from it); ratio [N, L] or [N, 1] is the one `ratio_level` asks for; adv [N, 1] or
-    [N, L] (per-token advantages), seq_adv [N, 1] the sequence's for what is per sequence.
-    """
-    if cfg.policy_loss == "clip":
-        return clipped_policy_loss(ratio, adv, cfg.clip_low, cfg.clip_high, cfg.dual_clip)
-    if cfg.policy_loss == "cispo":
-        with torch.no_grad():
-            capped = ((ratio > cfg.cispo_cap) & (adv > 0)).to(mask.dtype)  # [N, R]
-            stats["loss/cispo_cap_frac"] = _ratio_share(capped, mask, norm, cfg)
-        return cispo_policy_loss(ratio, adv, logprobs, cfg.cispo_cap)  # [N, L]
-    if cfg.policy_loss == "sapo":
-        return sapo_policy_loss(ratio, adv, cfg.sapo_tau_pos, cfg.sapo_tau_neg)  # [N, R]
-    if cfg.policy_loss == "vespo":
-        if cfg.is_correction == "sequence":
-            raise ValueError(
-                "algo.policy_loss=vespo folds token-level importance weights into its sequence "
-                "weight: set algo.is_correction=token or none"
-            )
-        weights = vespo_weights(
-            log_ratio, mask, seq_adv, cfg.vespo_k_pos, cfg.vespo_lambda_pos, cfg.vespo_k_neg,
-            cfg.vespo_lambda_neg, is_weights,
-        )  # [N, 1]
-        stats["loss/vespo_weight_mean"] = _share(weights, torch.ones_like(weights),
-                                                 norm.total_seqs)
-        return vespo_policy_loss(weights, adv, logprobs)  # [N, L]
-    raise ValueError(
-        f"algo.policy_loss={cfg.policy_loss!r}: choose one of clip, cispo, sapo, vespo"
-    )
+    logprobs: Tensor  # [N, L], with gradient
+    log_ratio: Tensor  # [N, L], per token whatever ratio_level is (VESPO builds its weight on it)
+    ratio: Tensor  # [N, R], the ratio ratio_level asks for
+    adv: Tensor  # [N, 1], or [N, L] with per-token advantages
+    seq_adv: Tensor  # [N, 1]: the sequence's advantage, for what is decided per sequence
+    mask: Tensor  # [N, L]
+    is_weights: Tensor | None  # behaviour importance weights, [N, L] or [N, 1] (None: off)
+    norm: LossNorm
+    stats: dict[str, Tensor]  # metric tensors, as in grpo_loss
 
 
-def _ratio_share(x: Tensor, mask: Tensor, norm: LossNorm, cfg: AlgoConfig) -> Tensor:
+def _ratio_share(t: Tensor, x: PolicyInputs, cfg: AlgoConfig) -> Tensor:
     """Share of the global mean of a quantity of the ratio: per token [N, L], or per sequence
     [N, 1] under `ratio_level: sequence` (decided by the config, not the shape: a micro-batch
     of one-token completions is [N, 1] too)."""
     if cfg.ratio_level == "sequence":
-        return _share(x, torch.ones_like(x), norm.total_seqs)
-    return _share(x, mask, norm.total_tokens)
+        return _share(t, torch.ones_like(t), x.norm.total_seqs)
+    return _share(t, x.mask, x.norm.total_tokens)
+
+
+def clip_loss(x: PolicyInputs, cfg: AlgoConfig) -> Tensor:
+    """PPO's clipped surrogate, negated: max(-A min(r, c), -A clip(r, 1-eps_low, 1+eps_high)).
+
+    [N, R]. The dual-clip cap c (`dual_clip`, TRL `delta`) bounds a negative-advantage token's
+    loss by -A c. The clip fractions count, as TRL does, where the clip bound the gradient, on
+    the capped ratio: with c below 1 + eps_high none counts as clipped high. A sequence ratio is
+    counted with the sequence's advantage.
+    """
+    capped = x.ratio if cfg.dual_clip is None else torch.clamp(x.ratio, max=cfg.dual_clip)
+    clipped = torch.clamp(x.ratio, 1 - cfg.clip_low, 1 + cfg.clip_high)  # [N, R]
+    adv = x.adv if cfg.ratio_level == "token" else x.seq_adv  # [N, 1] or [N, L]
+    low = ((capped < 1 - cfg.clip_low) & (adv < 0)).to(x.mask.dtype)  # [N, R]
+    high = ((capped > 1 + cfg.clip_high) & (adv > 0)).to(x.mask.dtype)  # [N, R]
+    x.stats["loss/clip_frac"] = _ratio_share(torch.maximum(low, high), x, cfg)
+    x.stats["loss/clip_frac_low"] = _ratio_share(low, x, cfg)
+    x.stats["loss/clip_frac_high"] = _ratio_share(high, x, cfg)
+    if cfg.dual_clip is not None:
+        dual = ((x.ratio > cfg.dual_clip) & (adv < 0)).to(x.mask.dtype)  # [N, R]
+        x.stats["loss/dual_clip_frac"] = _ratio_share(dual, x, cfg)
+    return torch.maximum(-x.adv * capped, -x.adv * clipped)  # [N, L] or [N, R]
+
+
+def cispo_loss(x: PolicyInputs, cfg: AlgoConfig) -> Tensor:
+    """CISPO's loss (`cispo_policy_loss`), [N, L], and the fraction of ratios the cap bounds
+    where it matters, on positive advantages."""
+    capped = ((x.ratio > cfg.cispo_cap) & (x.adv > 0)).to(x.mask.dtype)  # [N, R]
+    x.stats["loss/cispo_cap_frac"] = _ratio_share(capped, x, cfg)
+    return cispo_policy_loss(x.ratio, x.adv, x.logprobs, cfg.cispo_cap)
+
+
+def sapo_loss(x: PolicyInputs, cfg: AlgoConfig) -> Tensor:
+    """SAPO's loss (`sapo_policy_loss`), [N, R]."""
+    return sapo_policy_loss(x.ratio, x.adv, cfg.sapo_tau_pos, cfg.sapo_tau_neg)
+
+
+def vespo_loss(x: PolicyInputs, cfg: AlgoConfig) -> Tensor:
+    """VESPO's loss (`vespo_policy_loss`), [N, L], and its mean sequence weight. The weight
+    holds the token-level importance weights, so `grpo_loss` does not multiply them in again."""
+    if cfg.is_correction == "sequence":
+        raise ValueError(
+            "algo.policy_loss=vespo folds token-level importance weights into its sequence "
+            "weight: set algo.is_correction=token or none"
+        )
+    weights = vespo_weights(
+        x.log_ratio, x.mask, x.seq_adv, cfg.vespo_k_pos, cfg.vespo_lambda_pos, cfg.vespo_k_neg,
+        cfg.vespo_lambda_neg, x.is_weights,
+    )  # [N, 1]
+    x.stats["loss/vespo_weight_mean"] = _share(weights, torch.ones_like(weights), x.norm.total_seqs)
+    return vespo_policy_loss(weights, x.adv, x.logprobs)
+
+
+PolicyLoss = Callable[[PolicyInputs, "AlgoConfig"], Tensor]
+POLICY_LOSSES: dict[str, PolicyLoss] = dict(zip(
+    algo_choices.POLICY_LOSSES, (clip_loss, cispo_loss, sapo_loss, vespo_loss), strict=True))
 
 
 def grpo_loss(
@@ -299,14 +310,14 @@ def grpo_loss(
     is_weights = _behaviour_weights(old_logprobs, behaviour_logprobs, mask, cfg, norm, stats)
 
     # 2. The ratio against the learner's pre-update policy: per token (PPO) or, under GSPO, one
-    # per sequence, [N, R]; then the policy term built on it.
+    # per sequence, [N, R]; then the policy term built on it, [N, L] or [N, R].
     log_ratio = logprobs - old_logprobs.detach()  # [N, L]
     if cfg.ratio_level == "sequence":
         ratio = torch.exp(sequence_log_ratio(log_ratio, mask))  # [N, 1]
     else:
         ratio = torch.exp(log_ratio)  # [N, L]
-    pg_loss = _policy_term(logprobs, log_ratio, ratio, token_adv, adv, mask, is_weights, cfg,
-                           norm, stats)
+    x = PolicyInputs(logprobs, log_ratio, ratio, token_adv, adv, mask, is_weights, norm, stats)
+    pg_loss = POLICY_LOSSES[cfg.policy_loss](x, cfg)
 
     # 3. Masks on the policy term, then the importance weights (VESPO has them in its own).
     if cfg.off_policy_mask_threshold is not None:
@@ -365,24 +376,8 @@ def grpo_loss(
             "pass it or set algo.entropy_coef=0"
         )
 
-    # 6. Clipping statistics, counted as TRL does (the clip was active and bound the gradient):
-    # on the ratio after the dual-clip cap, so with dual_clip below 1 + clip_high the cap, not
-    # the clip, binds and no token counts as clipped high.
-    with torch.no_grad():
-        if cfg.policy_loss == "clip":
-            # a sequence ratio is counted per sequence, with the sequence's advantage
-            clip_adv = token_adv if cfg.ratio_level == "token" else adv  # [N, 1] or [N, L]
-            capped = ratio if cfg.dual_clip is None else torch.clamp(ratio, max=cfg.dual_clip)
-            low = ((capped < 1 - cfg.clip_low) & (clip_adv < 0)).to(mask.dtype)  # [N, R]
-            high = ((capped > 1 + cfg.clip_high) & (clip_adv > 0)).to(mask.dtype)  # [N, R]
-            stats["loss/clip_frac"] = _ratio_share(torch.maximum(low, high), mask, norm, cfg)
-            stats["loss/clip_frac_low"] = _ratio_share(low, mask, norm, cfg)
-            stats["loss/clip_frac_high"] = _ratio_share(high, mask, norm, cfg)
-            if cfg.dual_clip is not None:
-                dual = ((ratio > cfg.dual_clip) & (clip_adv < 0)).to(mask.dtype)  # [N, R]
-                stats["loss/dual_clip_frac"] = _ratio_share(dual, mask, norm, cfg)
-        stats["loss/ratio_mean"] = _ratio_share(ratio, mask, norm, cfg)
-        stats["loss/ratio_max"] = _masked_max(ratio, mask)
+    stats["loss/ratio_mean"] = _ratio_share(ratio, x, cfg)
+    stats["loss/ratio_max"] = _masked_max(ratio, mask)
     stats["loss/total"] = loss.detach()
     values = torch.stack([v.to(torch.float64) for v in stats.values()]).tolist()
     return loss, dict(zip(stats, values, strict=True))

@@ -5,7 +5,7 @@ Each function is one formula, computed as TRL 1.16's `GRPOTrainer._compute_loss`
 the ratio r = pi_theta / pi_old (per token, or one per sequence under GSPO) and the sequence's
 advantage A, the per-token losses (to be minimised) are
 
-    clip   max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))      grpo.clipped_policy_loss
+    clip   max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))      grpo.clip_loss
     cispo  -sg(min(r, cap)) A log pi_theta                       MiniMax-M1
     sapo   -A (4 / tau) sigmoid(tau (r - 1))                     SAPO
     vespo  -sg(phi(w)) A log pi_theta                            VESPO
