@@ -143,10 +143,10 @@ def settings(cfg: Config) -> str:
 def main(argv: list[str] | None = None) -> int:
     import ray
 
+    from actors.placement import init_ray
     from rlrun.data import load_from_config
     from rlrun.models import model_cache_dir, resolve_model_path
     from rlrun.sft import run_sft
-    from rlrun.training import init_ray
 
     args = parse_args(argv)
     if args.smoke and args.out is None:

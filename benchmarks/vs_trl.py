@@ -238,7 +238,7 @@ def alternate_learner_steps(cfg: Config, model_path: str, train: list[Problem], 
     from ray.util.placement_group import placement_group, remove_placement_group
 
     from actors.learner import LearnerGroup
-    from rlrun.training import init_ray
+    from actors.placement import init_ray
 
     shard = first_shard(cfg, model_path, train)
     local = LocalLearner(cfg, model_path)
@@ -385,11 +385,11 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     import torch
 
+    from actors.placement import init_ray
     from rlrun.cluster import torch_threads
     from rlrun.data import load_from_config
     from rlrun.models import model_cache_dir, resolve_model_path
     from rlrun.sft import run_sft
-    from rlrun.training import init_ray
 
     args = parse_args(argv)
     if args.smoke and args.out is None:
