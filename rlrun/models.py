@@ -25,13 +25,16 @@ import socket
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import torch
 
-from rlrun.config import ModelConfig
+from rlrun.config import ModelConfig, TinyModelConfig
 from rlrun.errors import InputError, first_line
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, Qwen3Config
 
 TINY = "tiny"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -123,22 +126,25 @@ def tiny_model_dir(cfg: ModelConfig, cache_dir: str, seed: int = 0) -> Path:
     return Path(cache_dir) / f"tiny-{digest}"
 
 
-def build_tiny_model(cfg: ModelConfig, cache_dir: str, seed: int = 0) -> str:
-    """Build (once) and save the tiny model and its tokenizer; return the directory."""
-    from transformers import ByT5Tokenizer, Qwen3Config, Qwen3ForCausalLM
+def _tiny_tokenizer() -> Any:
+    from transformers import ByT5Tokenizer
 
-    target = tiny_model_dir(cfg, cache_dir, seed)
-    if all((target / name).is_file() for name in _TINY_FILES):
-        return str(target)
-    tiny = cfg.tiny
+    # No <extra_id_*> sentinels: they are for T5 span corruption and would only widen the vocab.
+    return ByT5Tokenizer(extra_ids=0)
+
+
+def tiny_config(tiny: TinyModelConfig) -> Qwen3Config:
+    """The transformers config (a `Qwen3Config`) of the tiny model `build_tiny_model` builds
+    for `model.tiny`: the byte tokenizer's vocabulary and tied embeddings."""
+    from transformers import Qwen3Config
+
     if tiny.hidden_size % tiny.num_heads:
         raise ModelLoadError(
             f"model.tiny.hidden_size={tiny.hidden_size} must be a multiple of "
             f"model.tiny.num_heads={tiny.num_heads}"
         )
-    # No <extra_id_*> sentinels: they are for T5 span corruption and would only widen the vocab.
-    tokenizer = ByT5Tokenizer(extra_ids=0)
-    config = Qwen3Config(
+    tokenizer = _tiny_tokenizer()
+    return Qwen3Config(
         vocab_size=len(tokenizer),
         hidden_size=tiny.hidden_size,
         num_hidden_layers=tiny.num_layers,
@@ -153,6 +159,17 @@ def build_tiny_model(cfg: ModelConfig, cache_dir: str, seed: int = 0) -> str:
         bos_token_id=None,
         tokenizer_class=type(tokenizer).__name__,
     )
+
+
+def build_tiny_model(cfg: ModelConfig, cache_dir: str, seed: int = 0) -> str:
+    """Build (once) and save the tiny model and its tokenizer; return the directory."""
+    from transformers import Qwen3ForCausalLM
+
+    target = tiny_model_dir(cfg, cache_dir, seed)
+    if all((target / name).is_file() for name in _TINY_FILES):
+        return str(target)
+    config = tiny_config(cfg.tiny)
+    tokenizer = _tiny_tokenizer()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config)
@@ -246,14 +263,22 @@ def _from_pretrained(loader: Any, path: str, key: str, what: str) -> Any:
         ) from None
 
 
+def pretrained_config(path: str) -> PretrainedConfig:
+    """The transformers config of the model at `path` (`AutoConfig`): from a local directory, the
+    Hugging Face cache, or the hub when it answers; a one-line ModelLoadError otherwise."""
+    from transformers import AutoConfig
+
+    return _from_pretrained(AutoConfig, path, "model.path", "config")
+
+
 def check_loadable(path: str, tokenizer: str | None = None) -> None:
     """Fail with one clear message unless `path` is a causal LM and its tokenizer loads."""
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     path, tokenizer = local_model(path), tokenizer and local_model(tokenizer)
 
-    config = _from_pretrained(AutoConfig, path, "model.path", "config")
+    config = pretrained_config(path)
     if type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         archs = ", ".join(getattr(config, "architectures", None) or []) or "none listed"
         raise ModelLoadError(

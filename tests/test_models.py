@@ -14,8 +14,10 @@ from rlrun.models import (
     load_causal_lm,
     load_tokenizer,
     local_model,
+    pretrained_config,
     resolve_model_path,
     state_dict_shapes,
+    tiny_config,
 )
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
@@ -70,6 +72,15 @@ def test_tiny_loads_back_with_the_auto_classes(tmp_path: Path) -> None:
     assert model.config.eos_token_id == tokenizer.eos_token_id
     assert model.config.pad_token_id == tokenizer.pad_token_id != tokenizer.eos_token_id
     assert state_dict_shapes(path) == {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def test_tiny_config_is_the_config_the_tiny_model_is_saved_with(tmp_path: Path) -> None:
+    """`rlrun plan` sizes the tiny model from `tiny_config` without building it."""
+    saved, planned = pretrained_config(tiny(tmp_path)), tiny_config(SMALL)
+    for name in ("model_type", "vocab_size", "hidden_size", "intermediate_size", "head_dim",
+                 "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                 "tie_word_embeddings", "max_position_embeddings", "attention_bias"):
+        assert getattr(saved, name) == getattr(planned, name), name
 
 
 def test_byte_tokenizer_round_trips_any_text(tmp_path: Path) -> None:
