@@ -32,11 +32,11 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.pool import first_line
 from rlrun import checkpoint
+from rlrun.algo import merge_metrics
 from rlrun.batching import Shard
 from rlrun.cluster import torch_threads
 from rlrun.config import Config
 from rlrun.models import DTYPES
-from rlrun.step import merge_rank_metrics
 from rlrun.weights import WeightUpdate
 from rlrun.weights.buckets import ParamMeta
 from rlrun.weights.collective import Channel, GroupInfo, SendStats, send, sender_channel
@@ -237,7 +237,7 @@ class LearnerGroup:
         per_rank = self._all(
             [w.train.remote(s) for w, s in zip(self.workers, shards, strict=True)], "train"
         )
-        return merge_rank_metrics(per_rank)
+        return merge_metrics(per_rank)
 
     def publish(self, version: int) -> WeightUpdate:
         return self._all([w.publish.remote(version) for w in self.senders()], "publish")[0]

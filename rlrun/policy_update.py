@@ -577,7 +577,7 @@ def train_on_shard(
     all-reduced once per update, on its last micro-batch. `compute_dtype` is the dtype forward
     passes run in when it differs from the weights' (fp32 master weights, bf16 compute).
 
-    Returns this rank's metric shares (sum them over ranks with `rlrun.algo.merge_metrics`),
+    Returns this rank's metric shares (merge them over ranks with `rlrun.algo.merge_metrics`),
     averaged over updates, plus `optim/grad_norm`, `optim/lr` and `train/bad_steps` (updates
     skipped because the gradient was NaN or inf; grad norms are the same on every rank after
     the all-reduce, so every rank skips the same updates).
@@ -648,13 +648,7 @@ def train_on_shard(
         per_update.append(merge_metrics(parts))
     optimizer.zero_grad(set_to_none=True)
     model.eval()
-    n = max(len(per_update), 1)
-    metrics = {}
-    for part in per_update:
-        for key, value in part.items():
-            metrics[key] = max(metrics.get(key, value), value) if key.endswith("_max") else (
-                metrics.get(key, 0.0) + value / n
-            )
+    metrics = merge_metrics(per_update, mean=True)
     metrics["optim/grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else math.nan
     metrics["optim/lr"] = float(scheduler.get_last_lr()[0])
     metrics["train/bad_steps"] = float(bad)

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlrun import batching
-from rlrun.algo import merge_metrics
 from rlrun.config import Config
 from rlrun.data_order import DataOrder
 from rlrun.engines.base import SamplingParams
@@ -178,16 +177,6 @@ def make_batch(rollout: Rollout, version: int, step: int, cfg: Config) -> Batch:
         max_len=cfg.rollout.sampling.max_new_tokens, seed=cfg.run.seed,
     )
     return Batch(groups, samples, shards, dropped)
-
-
-def merge_rank_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
-    """One step's learner metrics from every rank's: the loss terms are per-rank shares of the
-    global loss and add up (`rlrun.algo.merge_metrics`), and so do the weight-sync checks of
-    each rank's samples (`sync/`); the rest (grad norm, lr, skipped updates) is the same on
-    every rank, so rank 0's stands for all."""
-    merged = ("loss/", "sync/")
-    losses = merge_metrics({k: v for k, v in m.items() if k.startswith(merged)} for m in per_rank)
-    return losses | {k: v for k, v in per_rank[0].items() if not k.startswith(merged)}
 
 
 def step_metrics(

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from rlrun import batching
+from rlrun.algo import merge_metrics
 from rlrun.config import ModelConfig, load_config
 from rlrun.engines import SamplingParams
 from rlrun.engines.hf import HFEngine
@@ -18,7 +19,6 @@ from rlrun.metrics.health import EngineWeightsMismatch, HealthMonitor
 from rlrun.models import load_causal_lm, load_tokenizer, resolve_model_path
 from rlrun.policy_update import train_on_shard, warmup_schedule
 from rlrun.records import Sample, ScoredSample
-from rlrun.step import merge_rank_metrics
 
 PROMPTS = ["1+1=", "2+3=", "abc", "print("]
 
@@ -46,7 +46,7 @@ def step_metrics(path: str, groups: list[batching.Group], version: int) -> dict[
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learner.lr)
     pad = load_tokenizer(path).pad_token_id
     metrics = train_on_shard(model, optimizer, warmup_schedule(optimizer, 0), shard, cfg, pad)
-    return merge_rank_metrics([metrics])
+    return merge_metrics([metrics])
 
 
 def test_an_engine_without_the_learners_weights_stops_the_step_naming_it(tiny_path):

@@ -128,14 +128,6 @@ def test_advantages_are_group_relative():
         )
 
 
-def test_rank_metrics_add_loss_shares_and_take_the_rest_from_rank_0():
-    merged = step.merge_rank_metrics([
-        {"loss/total": 0.25, "loss/ratio_max": 1.5, "optim/grad_norm": 2.0},
-        {"loss/total": 0.5, "loss/ratio_max": 1.25, "optim/grad_norm": 2.0},
-    ])
-    assert merged == {"loss/total": 0.75, "loss/ratio_max": 1.5, "optim/grad_norm": 2.0}
-
-
 def test_step_metrics_and_rows_describe_what_was_trained():
     c = cfg()
     rollout, _ = collect(c, FakeEngine())

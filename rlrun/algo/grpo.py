@@ -49,7 +49,7 @@ Notation used for tensor shapes: N sequences on this rank (micro-batch), L compl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -383,20 +383,27 @@ def grpo_loss(
     return loss, dict(zip(stats, values, strict=True))
 
 
-def merge_metrics(parts: Iterable[dict[str, float]]) -> dict[str, float]:
-    """Combine `grpo_loss` metrics of several micro-batches (or ranks) into global values.
+def merge_metrics(parts: Sequence[dict[str, float]], mean: bool = False) -> dict[str, float]:
+    """The one rule that merges learner metrics: of micro-batches into an update, of updates
+    into a step (`mean`: each share divided by the number of updates), of ranks into a step.
 
-    Keys ending in "_max" (or with a "_max/" part, one per engine) take the maximum; every
-    other key is a share and is summed. Across ranks, all-reduce with SUM and MAX by the same
-    rule.
+    Keys under "loss/" and "sync/" are shares of a global value and add up, except maxima
+    (ending in "_max", or with a "_max/" part, one per engine), which take the largest. Any
+    other key (the optimizer's grad norm and lr, skipped updates) is the same in every part,
+    and the first part's stands. Across ranks, all-reduce with SUM and MAX by the same rule.
     """
     merged: dict[str, float] = {}
     for part in parts:
         for key, value in part.items():
-            if key not in merged:
-                merged[key] = value
-            elif key.endswith("_max") or "_max/" in key:
-                merged[key] = max(merged[key], value)
+            if key.endswith("_max") or "_max/" in key:
+                merged[key] = max(merged.get(key, value), value)
+            elif not key.startswith(_SHARES):
+                merged.setdefault(key, value)
+            elif mean:
+                merged[key] = merged.get(key, 0.0) + value / len(parts)
             else:
-                merged[key] += value
+                merged[key] = merged[key] + value if key in merged else value
     return merged
+
+
+_SHARES = ("loss/", "sync/")

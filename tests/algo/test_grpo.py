@@ -333,6 +333,23 @@ def test_merge_metrics_sums_shares_and_maxes_maxima() -> None:
     assert merged == {"loss/policy": pytest.approx(0.3), "loss/ratio_max": 1.2}
 
 
+def test_merged_ranks_add_their_shares_and_keep_rank_0s_replicated_values() -> None:
+    merged = merge_metrics([
+        {"loss/total": 0.25, "loss/ratio_max": 1.5, "optim/grad_norm": 2.0,
+         "sync/logprob_gap_max/0": 0.01},
+        {"loss/total": 0.5, "loss/ratio_max": 1.25, "optim/grad_norm": 2.0,
+         "sync/logprob_gap_max/0": 0.03},
+    ])
+    assert merged == {"loss/total": 0.75, "loss/ratio_max": 1.5, "optim/grad_norm": 2.0,
+                      "sync/logprob_gap_max/0": 0.03}
+
+
+def test_merged_updates_are_the_mean_of_their_shares() -> None:
+    merged = merge_metrics([{"loss/policy": 0.5, "loss/ratio_max": 1.2},
+                            {"loss/policy": 0.25, "loss/ratio_max": 1.4}], mean=True)
+    assert merged == {"loss/policy": 0.375, "loss/ratio_max": 1.4}
+
+
 
 @pytest.mark.parametrize("policy_loss", ["clip", "cispo", "sapo", "vespo"])
 @pytest.mark.parametrize("ratio_level", ["token", "sequence"])
