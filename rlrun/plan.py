@@ -1,7 +1,7 @@
 """Memory planner: per-GPU bytes of each role of a config, whether they fit, and what would.
 
-Pure arithmetic on the model's `config.json` (no weights, no torch, no Ray), so `rlrun plan`
-answers in a second and `rlrun train` can call `check_fits` before asking Ray for GPUs.
+Arithmetic on the model's transformers config (no weights, no Ray), so `rlrun train` can call
+`check_fits` before asking Ray for GPUs.
 
 Notation: P parameters, L decoder layers, h hidden size, I MLP width, a query heads, k KV heads,
 d head dim, V vocabulary, N learner ranks, T tokens in one micro-batch, s tokens per sequence,
@@ -112,16 +112,22 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlparse
+from typing import TYPE_CHECKING, Any
 
 from rlrun.config import Config, ConfigError, ModelConfig
+from rlrun.errors import InputError
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+# rlrun.models and transformers are imported where they are used: they bring torch, and
+# `rlrun plan --help` or a typo in its arguments should answer without it, as every command
+# does (rlrun.cli).
 
 GIB = 1024**3
 MIB = 1024**2
@@ -144,11 +150,6 @@ _LOGIT_FP32_COPIES = 3
 # bytes gets them whole; a larger one the selective output layer
 # (rlrun.policy_update._FULL_LOGITS_BYTES).
 FULL_LOGITS_BYTES = 2**28
-
-TINY = "tiny"
-# ByT5Tokenizer(extra_ids=0): 256 bytes + pad, eos, unk (rlrun.models.build_tiny_model).
-TINY_VOCAB = 259
-TINY_MAX_POSITIONS = 4096
 
 SUGGEST_LORA_RANK = 16
 
@@ -224,7 +225,7 @@ def gpu_spec(gpu: str) -> Gpu:
 
 @dataclass(frozen=True)
 class ModelShape:
-    """The architecture numbers the planner needs, read from a `config.json`."""
+    """The architecture numbers the planner needs, read from a transformers config."""
 
     hidden: int
     intermediate: int
@@ -240,36 +241,40 @@ class ModelShape:
     source: str = ""  # where the config came from, for the report
 
     @classmethod
-    def from_config(cls, config: dict[str, Any], source: str = "") -> ModelShape:
-        """From a HF `config.json` dict (multimodal configs: their `text_config`)."""
-        if "hidden_size" not in config and isinstance(config.get("text_config"), dict):
-            config = {**config["text_config"], "model_type": config.get("model_type")}
+    def from_config(cls, config: PretrainedConfig | dict[str, Any], source: str = ""
+                    ) -> ModelShape:
+        """From a transformers config, or a `config.json` dict (which names its model_type);
+        a multimodal model's text part."""
+        from transformers import AutoConfig
+
+        if isinstance(config, dict):
+            config = AutoConfig.for_model(**config)
+        text = config.get_text_config()
         try:
-            hidden = int(config["hidden_size"])
-            heads = int(config["num_attention_heads"])
-            shape = cls(
-                hidden=hidden,
-                intermediate=int(config["intermediate_size"]),
-                layers=int(config["num_hidden_layers"]),
+            heads = text.num_attention_heads
+            return cls(
+                hidden=text.hidden_size,
+                intermediate=text.intermediate_size,
+                layers=text.num_hidden_layers,
                 heads=heads,
-                kv_heads=int(config.get("num_key_value_heads") or heads),
-                head_dim=int(config.get("head_dim") or hidden // heads),
-                vocab=int(config["vocab_size"]),
-                # Absent means untied in the Llama/Qwen2 config classes (PretrainedConfig says
-                # tied, but decoder configs override it); untied is also the larger estimate.
-                tied=bool(config.get("tie_word_embeddings", False)),
-                max_positions=int(config.get("max_position_embeddings") or 4096),
-                qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
-                qk_norm=config.get("model_type") in ("qwen3", "qwen3_moe"),
+                kv_heads=getattr(text, "num_key_value_heads", None) or heads,
+                head_dim=getattr(text, "head_dim", None) or text.hidden_size // heads,
+                vocab=text.vocab_size,
+                # Absent means untied in the Llama/Qwen2 config classes; untied is also the
+                # larger estimate.
+                tied=getattr(text, "tie_word_embeddings", False),
+                max_positions=text.max_position_embeddings,
+                # Qwen2 has q/k/v biases without declaring them.
+                qkv_bias=getattr(text, "attention_bias", config.model_type == "qwen2"),
+                qk_norm=config.model_type in ("qwen3", "qwen3_moe"),
                 source=source,
             )
-        except (KeyError, TypeError, ValueError) as err:
+        except AttributeError as err:
             raise ConfigError(
-                f"model config from {source or 'config.json'} lacks {err} (the planner needs "
-                "hidden_size, intermediate_size, num_hidden_layers, num_attention_heads and "
-                "vocab_size)"
+                f"model config from {source or 'config.json'} lacks {err.name!r} (the planner "
+                "needs hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
+                "vocab_size and max_position_embeddings)"
             ) from None
-        return shape
 
     @property
     def q_dim(self) -> int:
@@ -340,25 +345,6 @@ def _decimal(n: float) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.2f} MB"
 
 
-def tiny_model_config(cfg: ModelConfig) -> dict[str, Any]:
-    """The config.json `rlrun.models.build_tiny_model` writes for `model.tiny` (a Qwen3 with
-    the byte tokenizer and tied embeddings), built without transformers."""
-    t = cfg.tiny
-    if t.hidden_size % t.num_heads:
-        raise ConfigError(
-            f"model.tiny.hidden_size={t.hidden_size} must be a multiple of "
-            f"model.tiny.num_heads={t.num_heads}"
-        )
-    return {
-        "model_type": "qwen3", "hidden_size": t.hidden_size,
-        "intermediate_size": t.intermediate_size, "num_hidden_layers": t.num_layers,
-        "num_attention_heads": t.num_heads, "num_key_value_heads": t.num_heads,
-        "head_dim": t.hidden_size // t.num_heads, "vocab_size": TINY_VOCAB,
-        "tie_word_embeddings": True, "max_position_embeddings": TINY_MAX_POSITIONS,
-        "attention_bias": False, "torch_dtype": "float32",
-    }
-
-
 def shipped_config(repo: str) -> dict[str, Any] | None:
     """The architecture fields shipped in `rlrun/model_configs/` for a hub id, if any."""
     name = repo.replace("/", "__") + ".json"
@@ -368,72 +354,23 @@ def shipped_config(repo: str) -> dict[str, Any] | None:
     return json.loads(entry.read_text())
 
 
-def shipped_models() -> list[str]:
-    folder = resources.files("rlrun").joinpath("model_configs")
-    return sorted(p.name[: -len(".json")].replace("__", "/")
-                  for p in folder.iterdir() if p.name.endswith(".json"))
+def load_model_config(model: ModelConfig) -> tuple[PretrainedConfig | dict[str, Any], str]:
+    """`(the model's config, where it came from)` for `model.path`: the tiny model's, a local
+    directory's or the hub's (cache first; `rlrun.models`), else the copy shipped for the
+    recipes' models."""
+    from rlrun.models import TINY, ModelLoadError, pretrained_config, tiny_config
 
-
-def _hub_offline() -> bool:
-    return any(os.environ.get(name, "").lower() in ("1", "true", "yes", "on")
-               for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
-def _hub_reachable(timeout_s: float = 3.0) -> bool:
-    # huggingface_hub retries an unreachable hub for ~25 s; one TCP connect answers in ms.
-    from huggingface_hub import constants
-
-    url = urlparse(constants.ENDPOINT)
-    port = url.port or (443 if url.scheme == "https" else 80)
+    if model.path == TINY:
+        return tiny_config(model.tiny), "model.tiny"
     try:
-        socket.create_connection((url.hostname or "", port), timeout=timeout_s).close()
-    except OSError:
-        return False
-    return True
-
-
-def _hub_config(repo: str) -> dict[str, Any] | None:
-    """config.json of a hub id from the HF cache, else from the hub when it answers."""
-    try:
-        from huggingface_hub import hf_hub_download
-    except ImportError:
-        return None
-    attempts = [True] if _hub_offline() else [True, False]
-    for local_only in attempts:
-        if not local_only and not _hub_reachable():
-            return None
-        try:
-            path = hf_hub_download(repo, "config.json", local_files_only=local_only)
-        except Exception:  # any hub failure (network, auth, missing file): use the fallback
-            continue
-        return json.loads(Path(path).read_text())
-    return None
-
-
-def load_model_config(model: ModelConfig) -> tuple[dict[str, Any], str]:
-    """`(config.json as a dict, where it came from)` for `model.path`: the tiny model's settings,
-    a local directory, the hub (cache first), or the copy shipped for the recipes' models."""
-    path = model.path
-    if path == TINY:
-        return tiny_model_config(model), "model.tiny"
-    local = Path(path).expanduser()
-    if path.startswith(("/", "./", "../", "~")) or local.exists():
-        file = local / "config.json" if local.is_dir() else local
-        if not file.is_file():
-            raise ConfigError(f"model.path={path!r}: {file} does not exist (expected a model "
-                              "directory holding config.json)")
-        return json.loads(file.read_text()), str(file)
-    config = _hub_config(path)
-    if config is not None:
-        return config, f"hub {path}"
-    config = shipped_config(path)
-    if config is not None:
-        return config, "shipped copy (hub not reachable)"
-    raise ConfigError(
-        f"model.path={path!r}: no config.json in the Hugging Face cache, the hub cannot be "
-        f"reached, and no shipped copy (shipped: {', '.join(shipped_models())}); point "
-        "model.path at a local model directory"
-    )
+        config = pretrained_config(model.path)
+    except ModelLoadError:
+        shipped = shipped_config(model.path)
+        if shipped is None:
+            raise
+        return shipped, "shipped copy (hub not reachable)"
+    local = Path(model.path).expanduser()
+    return config, str(local / "config.json") if local.is_dir() else f"hub {model.path}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1020,7 +957,7 @@ def _estimate(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool = T
 
 def estimate(
     cfg: Config,
-    model_config: dict[str, Any],
+    model_config: PretrainedConfig | dict[str, Any],
     gpu: str | None,
     *,
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
@@ -1028,10 +965,11 @@ def estimate(
     logprob_chunk: int = LOGPROB_CHUNK_ELEMENTS,
     source: str = "",
 ) -> Plan:
-    """Per-GPU bytes of each role of `cfg` for the model described by `model_config` (a
-    config.json dict) on `gpu` (a `GPUS` key). `gpu=None` reports bytes only, with no verdict:
-    a CPU run, whose learner part is comparable with a measured CPU peak (`chunked_logprobs=False`
-    counts a learner that materialises the full [N, L, V] log_softmax instead)."""
+    """Per-GPU bytes of each role of `cfg` for the model `model_config` describes (a
+    transformers config or a config.json dict) on `gpu` (a `GPUS` key). `gpu=None` reports
+    bytes only, with no verdict: a CPU run, whose learner part is comparable with a measured CPU
+    peak (`chunked_logprobs=False` counts a learner that materialises the full [N, L, V]
+    log_softmax instead)."""
     spec = None if gpu is None else gpu_spec(gpu)
     shape = ModelShape.from_config(model_config, source)
     return _estimate(shape, Layout.from_config(cfg, prompt_tokens), spec, chunked_logprobs,
@@ -1185,7 +1123,7 @@ def _best(options: list[tuple[float, Layout]],
 
 def suggest(
     cfg: Config,
-    model_config: dict[str, Any],
+    model_config: PretrainedConfig | dict[str, Any],
     gpu: str,
     *,
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
@@ -1245,7 +1183,7 @@ def suggest(
 def check_fits(
     cfg: Config,
     gpu: str | None = None,
-    model_config: dict[str, Any] | None = None,
+    model_config: PretrainedConfig | dict[str, Any] | None = None,
     *,
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
 ) -> list[str]:
@@ -1260,7 +1198,7 @@ def check_fits(
     if model_config is None:
         try:
             model_config, _ = load_model_config(cfg.model)
-        except ConfigError:
+        except InputError:
             # The driver may not see the model (no network, weights only on the workers): the
             # model loaders report a bad model.path with more context than the planner can.
             return []
