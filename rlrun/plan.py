@@ -1,7 +1,8 @@
 """Memory planner: per-GPU bytes of each role of a config, whether they fit, and what would.
 
-Arithmetic on the model's transformers config (no weights, no Ray), so `rlrun train` can call
-`check_fits` before asking Ray for GPUs.
+Arithmetic on the model's transformers config (no weights, no Ray) with the learner's own
+constants (`rlrun.policy_update`), so `rlrun train` can call `check_fits` before asking Ray for
+GPUs.
 
 Notation: P parameters, L decoder layers, h hidden size, I MLP width, a query heads, k KV heads,
 d head dim, V vocabulary, N learner ranks, T tokens in one micro-batch, s tokens per sequence,
@@ -51,20 +52,21 @@ Learner, per rank (what one GPU holds at the peak of a forward/backward):
   s = prompt tokens (`--prompt-tokens`, default 512: a config does not record prompt lengths) +
   `rollout.sampling.max_new_tokens`, capped at `rollout.max_model_len`.
 - the output layer, as `rlrun.policy_update.response_logprobs` computes the log-probs of the
-  n*r response positions, in chunks of C = 2^24 // V positions. Its two paths, chosen by the
-  size of the micro-batch's logits in the output layer's weight dtype (m, or c under LoRA):
-  up to 256 MB (`FULL_LOGITS_BYTES`) the model computes the full logits, T*V*c, kept for
-  backward, which writes their gradient in place (no second copy); the backward of one chunk
-  holds ~7 [C, V] tensors, C*V*(4c + 12) (the chunk read from the logits, its per-sample pick,
-  the previous sample gradient and the chunk's gradient in c; log_softmax's output and two
-  gradients in fp32). Above it (`_selective_head`) no [R, T, V] tensor exists: each
-  chunk's [C, V] logits are recomputed in backward, C*V*(c + 12), next to the output layer's
-  weight gradient summed over the earlier chunks. The output layer's weight gradient [V, h]
-  (in c; autocast then copies it to m) is summed out of place over the selective path's chunks,
-  3*V*h*c alive at once (1 on the full path); a tied embedding adds its own [V, h] gradient to
-  it at the end of backward, 3*V*h*m (an untied one, V*h*m). Under fsdp2 these are unsharded,
-  in c, less the root's gradients the working copy counts; LoRA makes none (a frozen base).
-  The unchunked one-pass figure,
+  n*r response positions, in chunks of C = 2^24 // V positions (`_LOGPROB_CHUNK_ELEMENTS`). Its
+  two paths, chosen by the size of the micro-batch's logits in the output layer's weight dtype
+  (m, or c under LoRA): up to 256 MB (`_FULL_LOGITS_BYTES`) the model computes the full logits,
+  T*V*c, kept for backward, which writes their gradient in place (no second copy); the backward
+  of one chunk (`_ChunkedLogprobs.backward`) holds ~7 [C, V] tensors, C*V*(4c + 12) (the chunk
+  read from the logits, its per-sample pick, the previous sample gradient and the chunk's
+  gradient in c; log_softmax's output and two gradients in fp32; in fp32 compute the previous
+  pick and the divided input take the place of the fp32 copies: 7 x 4 bytes either way). Above
+  it (`_selective_head`) no [R, T, V] tensor exists: each chunk's [C, V] logits are recomputed
+  in backward, C*V*(c + 12), next to the output layer's weight gradient summed over the earlier
+  chunks. The output layer's weight gradient [V, h] (in c; autocast then copies it to m) is
+  summed out of place over the selective path's chunks, 3*V*h*c alive at once (1 on the full
+  path); a tied embedding adds its own [V, h] gradient to it at the end of backward, 3*V*h*m (an
+  untied one, V*h*m). Under fsdp2 these are unsharded, in c, less the root's gradients the
+  working copy counts; LoRA makes none (a frozen base). The unchunked one-pass figure,
   n*r*V*(c + 12) (the [N, L, V] gathered copy, its fp32 upcast, log_softmax and gradient, next
   to logits and their gradient, 2*T*V*c), is reported next to it so users see what chunking
   saves.
@@ -125,9 +127,9 @@ from rlrun.errors import InputError
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
-# rlrun.models and transformers are imported where they are used: they bring torch, and
-# `rlrun plan --help` or a typo in its arguments should answer without it, as every command
-# does (rlrun.cli).
+# The learner's constants (rlrun.policy_update), the model helpers (rlrun.models) and
+# transformers are imported where they are used: they bring torch, and `rlrun plan --help` or a
+# typo in its arguments should answer without it, as every command does (rlrun.cli).
 
 GIB = 1024**3
 MIB = 1024**2
@@ -139,17 +141,8 @@ LEARNER_OVERHEAD = 2 * GIB
 VLLM_OVERHEAD = int(1.5 * GIB)
 VLLM_ASLEEP = 1 * GIB
 DEFAULT_PROMPT_TOKENS = 512
-# Attention kernels that take shared-prompt rows' block mask
-# (rlrun.policy_update._BLOCK_MASK_ATTENTION).
-_BLOCK_MASK_ATTENTION = ("sdpa", "eager")
-# Elements per chunk of the chunked log-prob (rlrun.policy_update._LOGPROB_CHUNK_ELEMENTS).
-LOGPROB_CHUNK_ELEMENTS = 2**24
 # fp32 temporaries per logit in a log-prob chunk: upcast/temperature, log_softmax, gradient.
 _LOGIT_FP32_COPIES = 3
-# A micro-batch whose [R, T, V] logits, in the output layer's weight dtype, take at most this many
-# bytes gets them whole; a larger one the selective output layer
-# (rlrun.policy_update._FULL_LOGITS_BYTES).
-FULL_LOGITS_BYTES = 2**28
 
 SUGGEST_LORA_RANK = 16
 
@@ -412,6 +405,8 @@ class Layout:
 
     @classmethod
     def from_config(cls, cfg: Config, prompt_tokens: int = DEFAULT_PROMPT_TOKENS) -> Layout:
+        from rlrun.policy_update import _BLOCK_MASK_ATTENTION
+
         learner, rollout, algo = cfg.learner, cfg.rollout, cfg.algo
         batch = algo.prompts_per_step * algo.group_size
         return cls(
@@ -620,8 +615,7 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
-def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool,
-             chunk: int) -> LearnerPlan:
+def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool) -> LearnerPlan:
     m, c = DTYPE_BYTES[lay.master_dtype], DTYPE_BYTES[lay.compute_dtype]
     fsdp = lay.strategy == "fsdp2"
     shards = lay.num_workers if fsdp else 1
@@ -690,8 +684,7 @@ def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool,
     phased: list[tuple[Item, tuple[str, ...]]] = [
         (Item("activations", act, False, f"{rows} x {row_len} = {tokens} tokens{shared}, {how}"),
          backward)]
-    phased += _logit_items(shape, lay, tokens, sequences * lay.response_tokens, fsdp, chunked,
-                           chunk)
+    phased += _logit_items(shape, lay, tokens, sequences * lay.response_tokens, fsdp, chunked)
     phased += _update_items(shape, lay, shards, offload, on_gpu)
     counted, peak = _peak_phase(phased)
     items += counted
@@ -721,9 +714,11 @@ Phased = list[tuple[Item, tuple[str, ...]]]
 
 
 def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, fsdp: bool,
-                 chunked: bool, chunk: int) -> Phased:
+                 chunked: bool) -> Phased:
     """The output layer's share of a micro-batch: logits, log-prob chunks and the gradients of
     the output layer's and the embedding's weights, each with the phases it is alive in."""
+    from rlrun.policy_update import _FULL_LOGITS_BYTES, _LOGPROB_CHUNK_ELEMENTS
+
     m, c = DTYPE_BYTES[lay.master_dtype], DTYPE_BYTES[lay.compute_dtype]
     v, vh = shape.vocab, shape.vocab * shape.hidden
     cdt = lay.compute_dtype
@@ -731,8 +726,8 @@ def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, fsd
     # response_logprobs compares the logits' size in the output layer's weight dtype: the master
     # dtype under full fine-tuning (FSDP2 keeps fp32 shards too), the frozen base's under LoRA.
     full_bytes = tokens * v * (c if lora else m)
-    full = full_bytes <= FULL_LOGITS_BYTES or not chunked
-    n = min(max(1, chunk // v), response)  # positions per chunk
+    full = full_bytes <= _FULL_LOGITS_BYTES or not chunked
+    n = min(max(1, _LOGPROB_CHUNK_ELEMENTS // v), response)  # positions per chunk
     # The output layer's weight gradient [V, H] comes in the compute dtype (autocast, FSDP2's
     # unsharded parameters) and autograd sums the parts one weight receives out of place: the
     # selective head's chunks make buffer + new part + sum = 3 of them; autocast then casts the
@@ -757,7 +752,7 @@ def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, fsd
                         f"unchunked [{response}, {v}]: gathered copy + fp32 + log_softmax")
     elif full:
         logits = Item("logits", tokens * v * c, False,
-                      f"full-logits path ({_size(full_bytes)} <= {_size(FULL_LOGITS_BYTES)}): "
+                      f"full-logits path ({_size(full_bytes)} <= {_size(_FULL_LOGITS_BYTES)}): "
                       f"lm_head output [{tokens}, {v}] {cdt}, kept for backward, which writes "
                       "its gradient in place")
         # Backward of one chunk (`_ChunkedLogprobs.backward`), at its fullest: in c the chunk
@@ -771,7 +766,7 @@ def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, fsd
     else:
         logits = Item("logits", 0, False,
                       f"selective output layer ({_size(full_bytes)} of logits > "
-                      f"{_size(FULL_LOGITS_BYTES)}): no [R, T, V] tensor, the output layer "
+                      f"{_size(_FULL_LOGITS_BYTES)}): no [R, T, V] tensor, the output layer "
                       f"runs on the {response} response positions in chunks, recomputed in "
                       "backward")
         # One recomputed chunk: its logits in c and 3 fp32 temporaries, with the output layer's
@@ -947,9 +942,8 @@ def _colocated(learner: LearnerPlan, rollout: RolloutPlan, lay: Layout,
     return plan
 
 
-def _estimate(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool = True,
-              chunk: int = LOGPROB_CHUNK_ELEMENTS) -> Plan:
-    learner = _learner(shape, lay, gpu, chunked, chunk)
+def _estimate(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool = True) -> Plan:
+    learner = _learner(shape, lay, gpu, chunked)
     rollout = _rollout(shape, lay, gpu)
     colocated = _colocated(learner, rollout, lay, gpu) if lay.colocated else None
     return Plan(shape, gpu, lay, learner, rollout, colocated)
@@ -962,7 +956,6 @@ def estimate(
     *,
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
     chunked_logprobs: bool = True,
-    logprob_chunk: int = LOGPROB_CHUNK_ELEMENTS,
     source: str = "",
 ) -> Plan:
     """Per-GPU bytes of each role of `cfg` for the model `model_config` describes (a
@@ -972,8 +965,7 @@ def estimate(
     log_softmax instead)."""
     spec = None if gpu is None else gpu_spec(gpu)
     shape = ModelShape.from_config(model_config, source)
-    return _estimate(shape, Layout.from_config(cfg, prompt_tokens), spec, chunked_logprobs,
-                     logprob_chunk)
+    return _estimate(shape, Layout.from_config(cfg, prompt_tokens), spec, chunked_logprobs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1128,7 +1120,6 @@ def suggest(
     *,
     prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
     chunked_logprobs: bool = True,
-    logprob_chunk: int = LOGPROB_CHUNK_ELEMENTS,
 ) -> Suggestion | None:
     """The nearest layout on `gpu` that fits (fsdp2 ranks, cpu_offload, gradient checkpointing,
     LoRA rank 16, TP 1/2/4/8, gpu_memory_utilization, max_model_len, micro-batch halving), as
@@ -1138,13 +1129,13 @@ def suggest(
     base = Layout.from_config(cfg, prompt_tokens)
 
     def plan_of(lay: Layout) -> Plan:
-        return _estimate(shape, lay, spec, chunked_logprobs, logprob_chunk)
+        return _estimate(shape, lay, spec, chunked_logprobs)
 
     if plan_of(base).fits:
         return None
 
     def learner_room(lay: Layout) -> float | None:
-        p = _learner(shape, lay, spec, chunked_logprobs, logprob_chunk)
+        p = _learner(shape, lay, spec, chunked_logprobs)
         return None if p.problems else p.margin
 
     def rollout_room(lay: Layout) -> float | None:

@@ -216,6 +216,18 @@ def test_the_path_is_chosen_on_the_master_dtype_and_autocast_adds_a_cast():
     assert lora.item("embedding gradient").nbytes == 0
 
 
+def test_the_log_prob_path_is_the_learners_own(monkeypatch):
+    """The planner reads response_logprobs' threshold and chunk size where the learner keeps
+    them, so the two cannot drift apart."""
+    from rlrun import policy_update
+
+    monkeypatch.setattr(policy_update, "_FULL_LOGITS_BYTES", 0)
+    monkeypatch.setattr(policy_update, "_LOGPROB_CHUNK_ELEMENTS", 64 * 65_536)
+    learner = plan_small("learner.micro_batch_size=2")
+    assert learner.item("logits").nbytes == 0
+    assert "recomputed [64, 65536] chunk" in learner.item("log-probs").detail
+
+
 def test_shared_prompt_rows_count_the_worst_padding():
     shared = ["rollout.sampling.max_new_tokens=128", "learner.micro_batch_size=4"]
     cfg = load_config(None, shared)
