@@ -112,6 +112,7 @@ import dataclasses
 import itertools
 import json
 import math
+import operator
 import os
 import shutil
 import subprocess
@@ -141,8 +142,9 @@ LEARNER_OVERHEAD = 2 * GIB
 VLLM_OVERHEAD = int(1.5 * GIB)
 VLLM_ASLEEP = 1 * GIB
 DEFAULT_PROMPT_TOKENS = 512
-# fp32 temporaries per logit in a log-prob chunk: upcast/temperature, log_softmax, gradient.
-_LOGIT_FP32_COPIES = 3
+# Bytes per logit of the three fp32 temporaries of a log-prob chunk: the upcast (divided by the
+# temperature), log_softmax, and a gradient.
+_FP32_TEMPORARIES = 3 * 4
 
 SUGGEST_LORA_RANK = 16
 
@@ -154,7 +156,10 @@ class Gpu:
     usable_gib: float  # what torch.cuda / vLLM see as total memory
     why: str
 
-
+    @property
+    def capacity(self) -> float:
+        """Usable bytes."""
+        return self.usable_gib * GIB
 GPUS: dict[str, Gpu] = {
     "a10g": Gpu("a10g", "NVIDIA A10G 24 GB", 22.5, "23,028 MiB per nvidia-smi (audit: ~22.5 GiB)"),
     "a100-40": Gpu("a100-40", "NVIDIA A100 40 GB", 39.4, "torch reports 39.39 GiB"),
@@ -367,88 +372,50 @@ def load_model_config(model: ModelConfig) -> tuple[PretrainedConfig | dict[str, 
 
 
 # ---------------------------------------------------------------------------------------------
-# Layout: the knobs of a config the planner reads, flat, so the search can vary them cheaply
+# Layout: a config and the prompt length the plan assumes, with what the planner derives from
+# them; the search varies its config keys
 
 
 @dataclass(frozen=True)
 class Layout:
-    compute_dtype: str
-    master_dtype: str
-    strategy: str
-    num_workers: int
-    cpu_offload: bool
-    gradient_checkpointing: bool
-    lora_rank: int
-    lora_targets: tuple[str, ...]
-    micro_batch_size: int
-    max_tokens_per_micro_batch: int | None
-    samples_per_rank_update: int  # a micro-batch never holds more than one rank's update share
-    attention: str
-    reference: bool
-    prompt_tokens: int
-    max_new_tokens: int
-    engine: str
-    rollout_batch_size: int
-    tensor_parallel_size: int
-    gpu_memory_utilization: float
-    max_model_len: int | None
-    num_actors: int
-    colocated: bool
-    learner_on_gpu: bool
-    rollout_on_gpu: bool
-    batch: int  # prompts_per_step * group_size, for valid num_workers
-    mini_batches: int
-    # Completions of one prompt may share a row (learner.shared_prompt_forward with a kernel
-    # that takes a block mask: sdpa or eager); group_size of them per prompt.
-    shared_prompts: bool = False
-    group_size: int = 1
+    cfg: Config
+    prompt_tokens: int = DEFAULT_PROMPT_TOKENS  # a config does not record prompt lengths
 
-    @classmethod
-    def from_config(cls, cfg: Config, prompt_tokens: int = DEFAULT_PROMPT_TOKENS) -> Layout:
+    def changed(self, changes: dict[str, Any]) -> Layout:
+        """This layout with dotted config keys set ("learner.lora.rank": 16)."""
+        cfg = self.cfg
+        for key, value in changes.items():
+            cfg = _set(cfg, key, value)
+        return dataclasses.replace(self, cfg=cfg)
+
+    @property
+    def colocated(self) -> bool:
+        return self.cfg.placement.mode == "colocated"
+
+    @property
+    def batch(self) -> int:
+        """Samples of a step: prompts_per_step * group_size."""
+        return self.cfg.algo.prompts_per_step * self.cfg.algo.group_size
+
+    @property
+    def samples_per_rank_update(self) -> int:
+        """A micro-batch never holds more than one rank's share of an update."""
+        return max(1, self.batch // (self.cfg.algo.mini_batches * self.cfg.learner.num_workers))
+
+    @property
+    def shared_prompts(self) -> bool:
+        """Whether completions of one prompt share a row (`rlrun.policy_update.shares_prompts`:
+        an attention kernel that takes the block mask)."""
         from rlrun.policy_update import _BLOCK_MASK_ATTENTION
 
-        learner, rollout, algo = cfg.learner, cfg.rollout, cfg.algo
-        batch = algo.prompts_per_step * algo.group_size
-        return cls(
-            compute_dtype=cfg.model.dtype,
-            master_dtype=learner.master_dtype,
-            strategy=learner.strategy,
-            num_workers=learner.num_workers,
-            cpu_offload=learner.cpu_offload,
-            gradient_checkpointing=learner.gradient_checkpointing,
-            lora_rank=learner.lora.rank,
-            lora_targets=tuple(learner.lora.target_modules),
-            micro_batch_size=learner.micro_batch_size,
-            max_tokens_per_micro_batch=learner.max_tokens_per_micro_batch,
-            samples_per_rank_update=max(1, batch // (algo.mini_batches * learner.num_workers)),
-            attention=learner.attention,
-            reference=algo.kl_coef > 0,
-            prompt_tokens=prompt_tokens,
-            max_new_tokens=rollout.sampling.max_new_tokens,
-            engine=rollout.engine,
-            rollout_batch_size=rollout.batch_size,
-            tensor_parallel_size=rollout.tensor_parallel_size,
-            gpu_memory_utilization=rollout.gpu_memory_utilization,
-            max_model_len=rollout.max_model_len,
-            num_actors=rollout.num_actors,
-            colocated=cfg.placement.mode == "colocated",
-            learner_on_gpu=learner.num_gpus > 0,
-            rollout_on_gpu=rollout.num_gpus > 0,
-            batch=batch,
-            mini_batches=algo.mini_batches,
-            shared_prompts=(learner.shared_prompt_forward
-                            and learner.attention in _BLOCK_MASK_ATTENTION),
-            group_size=algo.group_size,
-        )
+        learner = self.cfg.learner
+        return learner.shared_prompt_forward and learner.attention in _BLOCK_MASK_ATTENTION
 
     @property
     def seq_len(self) -> int:
-        s = self.prompt_tokens + self.max_new_tokens
-        return min(s, self.max_model_len) if self.max_model_len else s
-
-    @property
-    def micro_tokens(self) -> int:
-        return self.micro_batch()[0]
+        s = self.prompt_tokens + self.cfg.rollout.sampling.max_new_tokens
+        max_len = self.cfg.rollout.max_model_len
+        return min(s, max_len) if max_len else s
 
     def micro_batch(self) -> tuple[int, int, int, int]:
         """(model positions, rows, row length, sequences) of the largest micro-batch.
@@ -464,18 +431,19 @@ class Layout:
         few prompts a row shares them and it is less. `learner.max_tokens_per_micro_batch`
         caps the plain tokens of a micro-batch (n = cap // s sequences in shared rows).
         """
-        s = self.seq_len
-        cap = self.max_tokens_per_micro_batch
-        n = max(1, cap // s) if cap else min(self.micro_batch_size, self.samples_per_rank_update)
+        s, group = self.seq_len, self.cfg.algo.group_size
+        cap = self.cfg.learner.max_tokens_per_micro_batch
+        n = max(1, cap // s) if cap else min(self.cfg.learner.micro_batch_size,
+                                             self.samples_per_rank_update)
         plain = (cap, max(1, math.ceil(cap / s)), s, n) if cap else (n * s, n, s, n)
         if not self.shared_prompts:
             return plain
         p = min(self.prompt_tokens, s - 1)
         r = s - p
         per_row = max(1, (p + 2 * r) // r)
-        others = max(1, min(self.batch // max(1, self.group_size), n)) - 1  # other prompts
+        others = max(1, min(self.batch // max(1, group), n)) - 1  # other prompts
         best: tuple[int, int, int, int] | None = None
-        for j in range(1, min(self.group_size, n) + 1):
+        for j in range(1, min(group, n) + 1):
             rest = n - j
             if rest > others * j:
                 continue  # the other prompts cannot hold the rest with at most j each
@@ -494,27 +462,22 @@ class Layout:
         """Response positions of one sequence: max_new_tokens, less what max_model_len cuts."""
         return max(1, self.seq_len - min(self.prompt_tokens, self.seq_len - 1))
 
-    def with_workers(self, n: int) -> Layout:
-        return dataclasses.replace(
-            self, num_workers=n,
-            samples_per_rank_update=max(1, self.batch // (self.mini_batches * n)),
-        )
+
+def _set(node: Any, key: str, value: Any) -> Any:
+    """A copy of `node` (a config or a section of one) with the dotted `key` set to `value`;
+    the sections off its path are shared, not copied."""
+    name, _, rest = key.partition(".")
+    return dataclasses.replace(node, **{name: _set(getattr(node, name), rest, value) if rest
+                                        else value})
 
 
-# Which config key each searched Layout field comes from.
-_KEYS = {
-    "strategy": "learner.strategy",
-    "num_workers": "learner.num_workers",
-    "cpu_offload": "learner.cpu_offload",
-    "gradient_checkpointing": "learner.gradient_checkpointing",
-    "lora_rank": "learner.lora.rank",
-    "micro_batch_size": "learner.micro_batch_size",
-    "max_tokens_per_micro_batch": "learner.max_tokens_per_micro_batch",
-    "tensor_parallel_size": "rollout.tensor_parallel_size",
-    "gpu_memory_utilization": "rollout.gpu_memory_utilization",
-    "max_model_len": "rollout.max_model_len",
-    "num_actors": "rollout.num_actors",
-}
+# The config keys the search varies, in the order a suggestion lists them.
+_SEARCHED = (
+    "learner.strategy", "learner.num_workers", "learner.cpu_offload",
+    "learner.gradient_checkpointing", "learner.lora.rank", "learner.micro_batch_size",
+    "learner.max_tokens_per_micro_batch", "rollout.tensor_parallel_size",
+    "rollout.gpu_memory_utilization", "rollout.max_model_len", "rollout.num_actors",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -615,114 +578,115 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+
 def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool) -> LearnerPlan:
-    m, c = DTYPE_BYTES[lay.master_dtype], DTYPE_BYTES[lay.compute_dtype]
-    fsdp = lay.strategy == "fsdp2"
-    shards = lay.num_workers if fsdp else 1
-    offload = fsdp and lay.cpu_offload
-    on_gpu = gpu is not None or lay.learner_on_gpu
+    learner = lay.cfg.learner
+    master, compute = learner.master_dtype, lay.cfg.model.dtype
+    m, c = DTYPE_BYTES[master], DTYPE_BYTES[compute]
+    fsdp = learner.strategy == "fsdp2"
+    shards = learner.num_workers if fsdp else 1
+    offload = fsdp and learner.cpu_offload
+    on_gpu = gpu is not None or learner.num_gpus > 0
+    rank = learner.lora.rank
     p = shape.params
+    trained = shape.lora_params(rank, learner.lora.target_modules) if rank else p
     items: list[Item] = []
     notes: list[str] = []
     per = f" / {shards} ranks" if shards > 1 else ""
-    if lay.lora_rank > 0:
-        a = shape.lora_params(lay.lora_rank, list(lay.lora_targets))
-        items.append(Item("frozen base", p * c / shards, offload,
-                          f"{lay.compute_dtype}{per}"))
+    if rank:
+        items.append(Item("frozen base", p * c / shards, offload, f"{compute}{per}"))
         # PEFT's autocast_adapter_dtype keeps adapters in fp32 over a 16-bit base.
-        items.append(Item("adapters", 4 * a * 4 / shards, offload,
-                          f"{a / 1e6:.1f} M params x (weights, grads, 2 AdamW moments) in "
+        items.append(Item("adapters", 4 * trained * 4 / shards, offload,
+                          f"{trained / 1e6:.1f} M params x (weights, grads, 2 AdamW moments) in "
                           "float32"))
-        trained = a
     else:
-        items.append(Item("weights", p * m / shards, offload, f"{lay.master_dtype} master{per}"))
-        items.append(Item("gradients", p * m / shards, offload, f"{lay.master_dtype}{per}"))
+        items.append(Item("weights", p * m / shards, offload, f"{master} master{per}"))
+        items.append(Item("gradients", p * m / shards, offload, f"{master}{per}"))
         items.append(Item("optimizer", 2 * p * m / shards, offload,
-                          f"AdamW exp_avg + exp_avg_sq, {lay.master_dtype}{per}"))
-        trained = p
-    if not fsdp and lay.num_workers > 1:
-        grad_bytes = 4 if lay.lora_rank else m
-        items.append(Item("DDP buckets", trained * grad_bytes, False,
+                          f"AdamW exp_avg + exp_avg_sq, {master}{per}"))
+    if not fsdp and learner.num_workers > 1:
+        items.append(Item("DDP buckets", trained * (4 if rank else m), False,
                           "all-reduce buckets (gradient_as_bucket_view=False)"))
     if fsdp:
         root, layer = shape.root_params, shape.layer_params
         # Unsharded gradients wait for reduce-scatter only where weights are trained.
-        grads = 0 if lay.lora_rank else root + layer
+        grads = 0 if rank else root + layer
         items.append(Item("working copy", (root + 2 * layer + grads) * c, False,
                           "FSDP2 all-gathered root + 2 layers"
-                          + ("" if lay.lora_rank else " and their unsharded grads")
-                          + f", {lay.compute_dtype}"))
-    elif lay.master_dtype != lay.compute_dtype and lay.lora_rank == 0:
+                          + ("" if rank else " and their unsharded grads") + f", {compute}"))
+    elif master != compute and not rank:
         items.append(Item("working copy", p * c, False,
-                          f"autocast {lay.compute_dtype} casts of every weight, kept for backward"))
-    if lay.cpu_offload and not fsdp:
+                          f"autocast {compute} casts of every weight, kept for backward"))
+    if learner.cpu_offload and not fsdp:
         notes.append("learner.cpu_offload only applies under learner.strategy=fsdp2: ignored")
-    if gpu is not None and not lay.learner_on_gpu:
+    if gpu is not None and learner.num_gpus == 0:
         notes.append(f"learner.num_gpus=0 runs the learner on CPU; checked as if on an {gpu.name}")
-    if lay.reference and lay.lora_rank == 0:
+    if lay.cfg.algo.kl_coef > 0 and not rank:
         items.append(Item("reference model", p * c / shards, offload,
-                          f"{lay.compute_dtype}{per} (algo.kl_coef > 0)"))
-    elif lay.reference:
+                          f"{compute}{per} (algo.kl_coef > 0)"))
+    elif lay.cfg.algo.kl_coef > 0:
         notes.append("reference model: the base with adapters off (no extra memory)")
 
     tokens, rows, row_len, sequences = lay.micro_batch()
     per_layer = shape.activation_bytes_per_token_layer(c)
     final_norm = tokens * (4 * shape.hidden + 2 * c * shape.hidden)
-    if lay.gradient_checkpointing:
+    if learner.gradient_checkpointing:
         act = shape.layers * tokens * shape.hidden * c + tokens * per_layer + final_norm
         how = "checkpointed per layer"
     else:
         act = shape.layers * tokens * per_layer + final_norm
         how = "no checkpointing"
-    if lay.attention == "eager":
+    if learner.attention == "eager":
         scores = rows * shape.heads * row_len * row_len * (4 + c)
-        act += scores * (1 if lay.gradient_checkpointing else shape.layers)
+        act += scores * (1 if learner.gradient_checkpointing else shape.layers)
         how += ", eager attention scores"
     shared = (f", shared-prompt rows at worst ({sequences} sequences)"
               if row_len != lay.seq_len else "")
-    backward = ("log-prob backward", "output-layer backward")
-    phased: list[tuple[Item, tuple[str, ...]]] = [
+    response = sequences * lay.response_tokens
+    unchunked = response * shape.vocab * (c + _FP32_TEMPORARIES)
+    phased: Phased = [
         (Item("activations", act, False, f"{rows} x {row_len} = {tokens} tokens{shared}, {how}"),
-         backward)]
-    phased += _logit_items(shape, lay, tokens, sequences * lay.response_tokens, fsdp, chunked)
-    phased += _update_items(shape, lay, shards, offload, on_gpu)
+         _BACKWARD)]
+    phased += _logit_items(shape, lay, tokens, response, unchunked, chunked)
+    phased += _update_items(shape, lay, trained, shards, offload, on_gpu)
     counted, peak = _peak_phase(phased)
     items += counted
     notes.append(f"peak in the {peak} phase: items marked 'not at the peak' are in the other "
                  "phases, shown but not added")
-    unchunked = sequences * lay.response_tokens * shape.vocab * (c + 4 * _LOGIT_FP32_COPIES)
     if on_gpu:
         items.append(Item("CUDA context + fragmentation", LEARNER_OVERHEAD, False,
                           "fixed: context, NCCL buffers, allocator slack"))
     resident = sum(i.nbytes for i in items if not i.host and i.name in
                    ("frozen base", "adapters", "weights", "optimizer", "reference model",
                     "CUDA context + fragmentation"))
-    what = (f"per rank: {lay.strategy} x {lay.num_workers}, master {lay.master_dtype}, compute "
-            f"{lay.compute_dtype}" + (", cpu_offload" if offload else "")
-            + (f", LoRA r={lay.lora_rank}" if lay.lora_rank else ""))
-    plan = LearnerPlan("learner", items, None if gpu is None else gpu.usable_gib * GIB, what,
+    what = (f"per rank: {learner.strategy} x {learner.num_workers}, master {master}, compute "
+            f"{compute}" + (", cpu_offload" if offload else "")
+            + (f", LoRA r={rank}" if rank else ""))
+    plan = LearnerPlan("learner", items, None if gpu is None else gpu.capacity, what,
                        notes, resident=resident, tokens=tokens, unchunked_logprob_bytes=unchunked)
-    if gpu is not None and plan.total > plan.capacity:
+    if gpu is not None and plan.total > gpu.capacity:
         plan.problems.append(
-            f"learner needs {_gib(plan.total)} per GPU, more than the {_gib(plan.capacity)} of "
+            f"learner needs {_gib(plan.total)} per GPU, more than the {_gib(gpu.capacity)} of "
             f"an {gpu.name}: shard it (learner.strategy=fsdp2), offload, checkpoint activations, "
             "use LoRA or a smaller learner.micro_batch_size")
     return plan
 
 
 Phased = list[tuple[Item, tuple[str, ...]]]
+_BACKWARD = ("log-prob backward", "output-layer backward")
 
 
-def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, fsdp: bool,
+def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, unchunked: float,
                  chunked: bool) -> Phased:
     """The output layer's share of a micro-batch: logits, log-prob chunks and the gradients of
     the output layer's and the embedding's weights, each with the phases it is alive in."""
     from rlrun.policy_update import _FULL_LOGITS_BYTES, _LOGPROB_CHUNK_ELEMENTS
 
-    m, c = DTYPE_BYTES[lay.master_dtype], DTYPE_BYTES[lay.compute_dtype]
+    master, cdt = lay.cfg.learner.master_dtype, lay.cfg.model.dtype
+    m, c = DTYPE_BYTES[master], DTYPE_BYTES[cdt]
+    fsdp = lay.cfg.learner.strategy == "fsdp2"
     v, vh = shape.vocab, shape.vocab * shape.hidden
-    cdt = lay.compute_dtype
-    lora = lay.lora_rank > 0
+    lora = lay.cfg.learner.lora.rank > 0
     # response_logprobs compares the logits' size in the output layer's weight dtype: the master
     # dtype under full fine-tuning (FSDP2 keeps fp32 shards too), the frozen base's under LoRA.
     full_bytes = tokens * v * (c if lora else m)
@@ -742,8 +706,6 @@ def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, fsd
     cast = vh * m if c != m and not fsdp else 0
     head_grad = beyond(vh * c + cast if full else max(3 * vh * c, vh * c + cast))
     end_grad = beyond((3 if shape.tied else 1) * vh * (c if fsdp else m))
-    backward = ("log-prob backward", "output-layer backward")
-    unchunked = response * v * (c + 4 * _LOGIT_FP32_COPIES)
     one_pass = f"; one pass over [N, L, V] would take {_size(unchunked)}"
     if not chunked:
         logits = Item("logits", 2 * tokens * v * c, False,
@@ -760,7 +722,7 @@ def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, fsd
         # chunk's gradient; in fp32 log_softmax's output, the gather's and log_softmax's
         # gradients (in fp32 compute the previous pick, still held by its graph, and the divided
         # input take the place of the fp32 copies: 7 x 4 bytes either way).
-        logprobs = Item("log-probs", n * v * (4 * c + 12), False,
+        logprobs = Item("log-probs", n * v * (4 * c + _FP32_TEMPORARIES), False,
                         f"backward of one [{n}, {v}] chunk: 4 copies in {cdt}, 3 in float32"
                         + one_pass)
     else:
@@ -772,17 +734,16 @@ def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, fsd
         # One recomputed chunk: its logits in c and 3 fp32 temporaries, with the output layer's
         # gradient summed over the earlier chunks (if any).
         so_far = beyond(vh * c) if response > n else 0
-        logprobs = Item("log-probs", n * v * (c + 12) + so_far, False,
+        logprobs = Item("log-probs", n * v * (c + _FP32_TEMPORARIES) + so_far, False,
                         f"recomputed [{n}, {v}] chunk in backward: logits in {cdt}, 3 in float32, "
                         "the output layer's gradient so far" + one_pass)
     return [
-        (logits, backward),
+        (logits, _BACKWARD),
         (logprobs, ("log-prob backward",)),
         (Item("output-layer gradient", head_grad, False,
               f"[{v}, {shape.hidden}] weight gradient" + (
                   " of each chunk, summed out of place (3 alive)" if not full else
-                  ", made while the logits are alive") + (f", cast to {lay.master_dtype}"
-                                                           if cast else "")),
+                  ", made while the logits are alive") + (f", cast to {master}" if cast else "")),
          ("output-layer backward",)),
         (Item("embedding gradient", end_grad, False,
               f"[{v}, {shape.hidden}] " + ("tied: the output layer's gradient + the "
@@ -793,23 +754,22 @@ def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, fsd
     ]
 
 
-def _update_items(shape: ModelShape, lay: Layout, shards: int, offload: bool,
+def _update_items(shape: ModelShape, lay: Layout, trained: int, shards: int, offload: bool,
                   on_gpu: bool) -> Phased:
     """AdamW's temporaries in `optimizer.step()` (activations are freed by then). On CUDA
     torch's default foreach implementation makes sqrt(exp_avg_sq) of every parameter at once;
     on CPU (and under cpu_offload) the single-tensor one makes two copies of one tensor at a
     time (sqrt, then divided by the bias correction)."""
-    h = shape.hidden
-    if lay.lora_rank > 0:
+    lora = lay.cfg.learner.lora
+    if lora.rank > 0:
         shapes = shape.linear_shapes()
-        trained = shape.lora_params(lay.lora_rank, list(lay.lora_targets))
-        largest = lay.lora_rank * max((max(shapes[t]) for t in lay.lora_targets if t in shapes),
-                                      default=0)
+        largest = lora.rank * max((max(shapes[t]) for t in lora.target_modules if t in shapes),
+                                  default=0)
         nbytes = 4
     else:
-        trained = shape.params
+        h = shape.hidden
         largest = max(shape.vocab * h, shape.intermediate * h, shape.q_dim * h)
-        nbytes = DTYPE_BYTES[lay.master_dtype]
+        nbytes = DTYPE_BYTES[lay.cfg.learner.master_dtype]
     if on_gpu and not offload:
         item = Item("AdamW step", trained * nbytes / shards, False,
                     "foreach sqrt(exp_avg_sq) of every parameter (torch's CUDA default)")
@@ -844,33 +804,34 @@ def _peak_phase(phased: Phased) -> tuple[list[Item], str]:
 
 
 def _rollout(shape: ModelShape, lay: Layout, gpu: Gpu | None) -> RolloutPlan:
-    c = DTYPE_BYTES[lay.compute_dtype]
+    rollout, dtype = lay.cfg.rollout, lay.cfg.model.dtype
+    c = DTYPE_BYTES[dtype]
     seq = lay.seq_len
-    if lay.engine != "vllm":
+    if rollout.engine != "vllm":
         weights = shape.params * c
         kv_token = shape.kv_bytes_per_token(c, 1)
-        kv = lay.rollout_batch_size * seq * kv_token
-        items = [Item("weights", weights, False, f"{lay.compute_dtype}, hf engine (unsharded)"),
+        kv = rollout.batch_size * seq * kv_token
+        items = [Item("weights", weights, False, f"{dtype}, hf engine (unsharded)"),
                  Item("KV cache", kv, False,
-                      f"{lay.rollout_batch_size} sequences x {seq} tokens x {kv_token} B")]
-        if gpu is not None or lay.rollout_on_gpu:
+                      f"{rollout.batch_size} sequences x {seq} tokens x {kv_token} B")]
+        if gpu is not None or rollout.num_gpus > 0:
             items.append(Item("CUDA context + fragmentation", LEARNER_OVERHEAD, False,
                               "fixed, as for the learner"))
-        plan = RolloutPlan("rollout", items, None if gpu is None else gpu.usable_gib * GIB,
+        plan = RolloutPlan("rollout", items, None if gpu is None else gpu.capacity,
                            "per engine: hf (transformers generate)", weights=weights,
                            kv_bytes_per_token=kv_token, seq_len=seq)
-        if gpu is not None and not lay.rollout_on_gpu:
+        if gpu is not None and rollout.num_gpus == 0:
             plan.notes.append(f"rollout.num_gpus=0 generates on CPU; checked as if on an "
                               f"{gpu.name}")
-        if gpu is not None and plan.total > plan.capacity:
+        if gpu is not None and plan.total > gpu.capacity:
             plan.problems.append(f"rollout (hf engine) needs {_gib(plan.total)}, more than the "
-                                 f"{_gib(plan.capacity)} of an {gpu.name}")
+                                 f"{_gib(gpu.capacity)} of an {gpu.name}")
         return plan
-    tp = lay.tensor_parallel_size
+    tp, util = rollout.tensor_parallel_size, rollout.gpu_memory_utilization
     weights = shape.params * c / tp
     kv_token = shape.kv_bytes_per_token(c, tp)
-    what = f"per GPU: vLLM TP={tp}, gpu_memory_utilization={lay.gpu_memory_utilization:g}"
-    items = [Item("weights", weights, False, f"{lay.compute_dtype} / TP {tp}"),
+    what = f"per GPU: vLLM TP={tp}, gpu_memory_utilization={util:g}"
+    items = [Item("weights", weights, False, f"{dtype} / TP {tp}"),
              Item("vLLM overhead", VLLM_OVERHEAD, False,
                   "fixed: context, NCCL, profiling-run activations")]
     notes: list[str] = []
@@ -879,10 +840,10 @@ def _rollout(shape: ModelShape, lay: Layout, gpu: Gpu | None) -> RolloutPlan:
     if gpu is None:
         return RolloutPlan("rollout", items, None, what, notes, weights=weights,
                            kv_bytes_per_token=kv_token, seq_len=seq)
-    budget = lay.gpu_memory_utilization * gpu.usable_gib * GIB
+    budget = util * gpu.capacity
     kv = max(0.0, budget - weights - VLLM_OVERHEAD)
     kv_tokens = int(kv // kv_token)
-    max_len = lay.max_model_len or shape.max_positions
+    max_len = rollout.max_model_len or shape.max_positions
     items.append(Item("KV cache", kv, False,
                       f"{kv_tokens:,} tokens x {kv_token / 1024:g} KiB = {kv_tokens // seq:,} "
                       f"sequences of {seq}"))
@@ -895,10 +856,10 @@ def _rollout(shape: ModelShape, lay: Layout, gpu: Gpu | None) -> RolloutPlan:
     if weights > budget:
         plan.problems.append(
             f"rollout weights ({_gib(weights)} per GPU) exceed gpu_memory_utilization x memory "
-            f"({lay.gpu_memory_utilization:g} x {gpu.usable_gib:g} = {_gib(budget)}): raise "
+            f"({util:g} x {gpu.usable_gib:g} = {_gib(budget)}): raise "
             "rollout.gpu_memory_utilization or rollout.tensor_parallel_size")
     elif kv_tokens < max_len:
-        limit = (f"rollout.max_model_len={max_len}" if lay.max_model_len else
+        limit = (f"rollout.max_model_len={max_len}" if rollout.max_model_len else
                  f"the model's {max_len} positions (rollout.max_model_len unset)")
         plan.problems.append(
             f"rollout KV cache holds {kv_tokens:,} tokens, fewer than {limit}: vLLM will not "
@@ -908,14 +869,13 @@ def _rollout(shape: ModelShape, lay: Layout, gpu: Gpu | None) -> RolloutPlan:
 
 def _colocated(learner: LearnerPlan, rollout: RolloutPlan, lay: Layout,
                gpu: Gpu | None) -> RolePlan:
-    util = lay.gpu_memory_utilization
+    util = lay.cfg.rollout.gpu_memory_utilization
     train = learner.total + VLLM_ASLEEP
     items = [Item("train phase", train, False,
                   f"learner {_gib(learner.total)} + vLLM asleep {_gib(VLLM_ASLEEP)}"),
              Item("generate phase", 0.0, False, "")]
-    capacity = None if gpu is None else gpu.usable_gib * GIB
     if gpu is not None:
-        awake = learner.resident + util * gpu.usable_gib * GIB
+        awake = learner.resident + util * gpu.capacity
         items[1] = Item("generate phase", awake, False,
                         f"learner resident {_gib(learner.resident)} + vLLM {util:g} x "
                         f"{gpu.usable_gib:g} GiB")
@@ -923,22 +883,23 @@ def _colocated(learner: LearnerPlan, rollout: RolloutPlan, lay: Layout,
     # Shown as a single peak line: the two phases never overlap.
     shown = [Item("peak", peak, detail="the larger phase below")] + [
         dataclasses.replace(i, info=True) for i in items]
-    plan = RolePlan("colocated", shown, capacity,
+    plan = RolePlan("colocated", shown, None if gpu is None else gpu.capacity,
                     "per GPU: one learner rank + one vLLM worker; sleep level 1 (weights to "
                     "host) or 2 (discarded) frees the same GPU memory")
     plan.notes.append(f"sleep level 1 keeps {_gib(rollout.weights)} of vLLM weights per GPU in "
                       "host memory while the learner trains; level 2 keeps none")
-    gpus_rollout = lay.num_actors * lay.tensor_parallel_size
-    if gpus_rollout != lay.num_workers:
+    workers = lay.cfg.learner.num_workers
+    gpus_rollout = lay.cfg.rollout.num_actors * lay.cfg.rollout.tensor_parallel_size
+    if gpus_rollout != workers:
         plan.notes.append(f"rollout.num_actors x tensor_parallel_size = {gpus_rollout} GPUs, "
-                          f"learner.num_workers = {lay.num_workers}: colocation pairs one of each "
+                          f"learner.num_workers = {workers}: colocation pairs one of each "
                           "per GPU")
-    if gpu is not None and peak > capacity:
+    if gpu is not None and peak > gpu.capacity:
         phase = "train" if train >= items[1].nbytes else "generate"
         fix = ("lower rollout.gpu_memory_utilization or shrink what the learner keeps between "
                "steps" if phase == "generate" else "shrink the learner")
         plan.problems.append(f"colocated {phase} phase needs {_gib(peak)} per GPU, more than the "
-                             f"{_gib(capacity)} of an {gpu.name}: {fix}")
+                             f"{_gib(gpu.capacity)} of an {gpu.name}: {fix}")
     return plan
 
 
@@ -965,7 +926,7 @@ def estimate(
     log_softmax instead)."""
     spec = None if gpu is None else gpu_spec(gpu)
     shape = ModelShape.from_config(model_config, source)
-    return _estimate(shape, Layout.from_config(cfg, prompt_tokens), spec, chunked_logprobs)
+    return _estimate(shape, Layout(cfg, prompt_tokens), spec, chunked_logprobs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1006,26 +967,30 @@ _TPS = (1, 2, 4, 8)
 
 
 def _learner_options(base: Layout) -> list[tuple[float, Layout]]:
+    learner = base.cfg.learner
     out: list[tuple[float, Layout]] = []
-    strategies = [base.strategy] + (["fsdp2"] if base.strategy != "fsdp2" else [])
+    strategies = [learner.strategy] + (["fsdp2"] if learner.strategy != "fsdp2" else [])
     for strategy in strategies:
-        workers = [base.num_workers]
+        workers = [learner.num_workers]
         if strategy == "fsdp2":
-            workers += [n for n in _WORKERS
-                        if n > base.num_workers and base.batch % (base.mini_batches * n) == 0]
-        offloads = [base.cpu_offload] + ([True] if strategy == "fsdp2" and not base.cpu_offload
-                                          else [])
-        ckpts = [base.gradient_checkpointing] + ([] if base.gradient_checkpointing else [True])
-        loras = [base.lora_rank] + ([] if base.lora_rank else [SUGGEST_LORA_RANK])
+            workers += [n for n in _WORKERS if n > learner.num_workers
+                        and base.batch % (base.cfg.algo.mini_batches * n) == 0]
+        offloads = [learner.cpu_offload] + ([True] if strategy == "fsdp2"
+                                            and not learner.cpu_offload else [])
+        ckpts = [learner.gradient_checkpointing] + ([] if learner.gradient_checkpointing
+                                                    else [True])
+        loras = [learner.lora.rank] + ([] if learner.lora.rank else [SUGGEST_LORA_RANK])
         for n, offload, ckpt, lora in itertools.product(workers, offloads, ckpts, loras):
-            lay = dataclasses.replace(base.with_workers(n), strategy=strategy,
-                                      cpu_offload=offload, gradient_checkpointing=ckpt,
-                                      lora_rank=lora)
-            cost = ((strategy != base.strategy) * _COST["fsdp2"]
-                    + math.log2(n / base.num_workers) * _COST["double_gpus"]
-                    + (offload != base.cpu_offload) * _COST["cpu_offload"]
-                    + (ckpt != base.gradient_checkpointing) * _COST["gradient_checkpointing"]
-                    + (lora != base.lora_rank) * _COST["lora"])
+            lay = base.changed({
+                "learner.strategy": strategy, "learner.num_workers": n,
+                "learner.cpu_offload": offload, "learner.gradient_checkpointing": ckpt,
+                "learner.lora.rank": lora,
+            })
+            cost = ((strategy != learner.strategy) * _COST["fsdp2"]
+                    + math.log2(n / learner.num_workers) * _COST["double_gpus"]
+                    + (offload != learner.cpu_offload) * _COST["cpu_offload"]
+                    + (ckpt != learner.gradient_checkpointing) * _COST["gradient_checkpointing"]
+                    + (lora != learner.lora.rank) * _COST["lora"])
             for k, halved in enumerate(_halvings(lay)):
                 out.append((cost + k * _COST["halve"], halved))
     return out
@@ -1035,39 +1000,43 @@ def _halvings(lay: Layout) -> list[Layout]:
     """`lay` and its micro-batch halved again and again, down to one sequence."""
     out = [lay]
     while True:
-        mb, cap = lay.micro_batch_size, lay.max_tokens_per_micro_batch
-        rows = min(mb, lay.samples_per_rank_update)
+        learner = lay.cfg.learner
+        cap = learner.max_tokens_per_micro_batch
+        rows = min(learner.micro_batch_size, lay.samples_per_rank_update)
         if cap:
             if cap // 2 < lay.seq_len:
                 return out
-            lay = dataclasses.replace(lay, max_tokens_per_micro_batch=cap // 2)
+            lay = lay.changed({"learner.max_tokens_per_micro_batch": cap // 2})
         else:
             if rows <= 1:
                 return out
-            lay = dataclasses.replace(lay, micro_batch_size=max(1, rows // 2))
+            lay = lay.changed({"learner.micro_batch_size": max(1, rows // 2)})
         out.append(lay)
 
 
 def _rollout_options(base: Layout, shape: ModelShape) -> list[tuple[float, Layout]]:
-    out: list[tuple[float, Layout]] = []
-    if base.engine != "vllm":
+    rollout = base.cfg.rollout
+    if rollout.engine != "vllm":
         return [(0.0, base)]
-    tps = [t for t in _TPS if t >= base.tensor_parallel_size and shape.heads % t == 0]
-    utils = [base.gpu_memory_utilization]
+    tp, util, max_len = (rollout.tensor_parallel_size, rollout.gpu_memory_utilization,
+                         rollout.max_model_len)
+    tps = [t for t in _TPS if t >= tp and shape.heads % t == 0]
+    utils = [util]
     if base.colocated:
-        utils += [u for u in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
-                  if u != base.gpu_memory_utilization]
-    elif base.gpu_memory_utilization < 0.9:
+        utils += [u for u in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9) if u != util]
+    elif util < 0.9:
         utils.append(0.9)
-    lens = [base.max_model_len]
-    if base.max_model_len is None or base.max_model_len > base.seq_len:
+    lens = [max_len]
+    if max_len is None or max_len > base.seq_len:
         lens.append(base.seq_len)
-    for tp, util, max_len in itertools.product(tps or [base.tensor_parallel_size], utils, lens):
-        lay = dataclasses.replace(base, tensor_parallel_size=tp, gpu_memory_utilization=util,
-                                  max_model_len=max_len)
-        cost = (math.log2(tp / base.tensor_parallel_size) * _COST["tp_double"]
-                + (util != base.gpu_memory_utilization) * _COST["util"]
-                + (max_len != base.max_model_len) * _COST["max_model_len"])
+    out: list[tuple[float, Layout]] = []
+    for new_tp, new_util, new_len in itertools.product(tps or [tp], utils, lens):
+        lay = base.changed({"rollout.tensor_parallel_size": new_tp,
+                            "rollout.gpu_memory_utilization": new_util,
+                            "rollout.max_model_len": new_len})
+        cost = (math.log2(new_tp / tp) * _COST["tp_double"]
+                + (new_util != util) * _COST["util"]
+                + (new_len != max_len) * _COST["max_model_len"])
         out.append((cost, lay))
     return out
 
@@ -1076,25 +1045,28 @@ def _merge(learner: Layout, rollout: Layout) -> Layout | None:
     """The learner's knobs from one layout and the rollout's from another; None when colocation
     cannot pair them (every GPU holds one learner rank and one vLLM rank, so
     rollout.num_actors x tensor_parallel_size must equal learner.num_workers)."""
-    lay = dataclasses.replace(
-        learner, tensor_parallel_size=rollout.tensor_parallel_size,
-        gpu_memory_utilization=rollout.gpu_memory_utilization,
-        max_model_len=rollout.max_model_len,
-    )
-    if lay.colocated and lay.engine == "vllm":
-        if lay.num_workers % lay.tensor_parallel_size:
+    tp = rollout.cfg.rollout.tensor_parallel_size
+    changes: dict[str, Any] = {
+        "rollout.tensor_parallel_size": tp,
+        "rollout.gpu_memory_utilization": rollout.cfg.rollout.gpu_memory_utilization,
+        "rollout.max_model_len": rollout.cfg.rollout.max_model_len,
+    }
+    if learner.colocated and learner.cfg.rollout.engine == "vllm":
+        workers = learner.cfg.learner.num_workers
+        if workers % tp:
             return None
-        lay = dataclasses.replace(lay, num_actors=lay.num_workers // lay.tensor_parallel_size)
-    return lay
+        changes["rollout.num_actors"] = workers // tp
+    return learner.changed(changes)
 
 
 def _overrides(base: Layout, new: Layout) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, key in _KEYS.items():
-        if getattr(new, name) != getattr(base, name):
-            out[key] = getattr(new, name)
-    tp = new.tensor_parallel_size
-    if tp != base.tensor_parallel_size and not base.colocated:
+    for key in _SEARCHED:
+        value = operator.attrgetter(key)(new.cfg)
+        if value != operator.attrgetter(key)(base.cfg):
+            out[key] = value
+    tp = new.cfg.rollout.tensor_parallel_size
+    if tp != base.cfg.rollout.tensor_parallel_size and not base.colocated:
         out["rollout.num_gpus"] = tp  # one GPU per TP worker
     return out
 
@@ -1126,7 +1098,7 @@ def suggest(
     overrides; None when `cfg` already fits or nothing in that space does."""
     spec = gpu_spec(gpu)
     shape = ModelShape.from_config(model_config)
-    base = Layout.from_config(cfg, prompt_tokens)
+    base = Layout(cfg, prompt_tokens)
 
     def plan_of(lay: Layout) -> Plan:
         return _estimate(shape, lay, spec, chunked_logprobs)
@@ -1137,7 +1109,6 @@ def suggest(
     def learner_room(lay: Layout) -> float | None:
         p = _learner(shape, lay, spec, chunked_logprobs)
         return None if p.problems else p.margin
-
     def rollout_room(lay: Layout) -> float | None:
         p = _rollout(shape, lay, spec)
         if p.problems:
@@ -1209,6 +1180,8 @@ def check_fits(
 # ---------------------------------------------------------------------------------------------
 # Report
 
+# Report
+
 
 def _size(n: float) -> str:
     if abs(n) >= GIB:
@@ -1249,18 +1222,20 @@ def _role_table(role: RolePlan, width: int = 30) -> list[str]:
 def format_plan(plan: Plan, suggestion: Suggestion | None = None) -> str:
     """The plan as a table per role, the verdicts, and the override line of a suggestion."""
     lay, shape = plan.layout, plan.shape
+    dtype, rollout = lay.cfg.model.dtype, lay.cfg.rollout
     gpu = (f"{plan.gpu.label} ({plan.gpu.usable_gib:g} GiB usable: {plan.gpu.why})"
            if plan.gpu else "no GPU type given (pass --gpu to check fit)")
     head = [
         f"model: {shape.describe()}" + (f" [{shape.source}]" if shape.source else ""),
         f"  weights: {_decimal(shape.params * 2)} in 16-bit, {_decimal(shape.params * 4)} "
-        f"in fp32; KV {shape.kv_bytes_per_token(DTYPE_BYTES[lay.compute_dtype]) / 1024:g} KiB "
-        f"per token at TP 1 in {lay.compute_dtype}",
+        f"in fp32; KV {shape.kv_bytes_per_token(DTYPE_BYTES[dtype]) / 1024:g} KiB "
+        f"per token at TP 1 in {dtype}",
         f"gpu: {gpu}",
         f"placement: {'colocated' if lay.colocated else 'split'}; learner "
-        f"{lay.num_workers} rank(s), rollout {lay.num_actors} engine(s) x TP "
-        f"{lay.tensor_parallel_size}; sequences {lay.prompt_tokens} prompt + "
-        f"{lay.max_new_tokens} new tokens (--prompt-tokens, rollout.sampling.max_new_tokens)",
+        f"{lay.cfg.learner.num_workers} rank(s), rollout {rollout.num_actors} engine(s) x TP "
+        f"{rollout.tensor_parallel_size}; sequences {lay.prompt_tokens} prompt + "
+        f"{rollout.sampling.max_new_tokens} new tokens (--prompt-tokens, "
+        "rollout.sampling.max_new_tokens)",
         "",
     ]
     body: list[str] = []
