@@ -72,11 +72,9 @@ class Update:
     norm: LossNorm
 
 
-@dataclass
-class Shard:
-    """Everything one learner rank trains on in one step."""
-
-    updates: list[Update]  # epochs * mini_batches, in order
+# Everything one learner rank trains on in one step: its share of each of the
+# epochs * mini_batches updates, in order.
+Shard = list[Update]
 
 
 def rewards_tensor(groups: list[Group]) -> torch.Tensor:
@@ -237,16 +235,14 @@ def make_shards(
     lengths = torch.tensor([len(s.response_ids) for s in samples])  # [N]
     mask = torch.arange(int(lengths.max()) if len(samples) else 0) < lengths[:, None]  # [N, L]
     mask &= ~torch.tensor([s.masked for s in samples], dtype=torch.bool)[:, None]
-    shards = [Shard([]) for _ in range(world_size)]
+    shards: list[Shard] = [[] for _ in range(world_size)]
     for epoch in range(epochs):
         plan = plan_minibatches(
             mask, mini_batches, world_size, max_len, seed=seed, step=step, epoch=epoch
         )
         for mini_batch in plan:
             for shard, idx in zip(shards, mini_batch.shards, strict=True):
-                shard.updates.append(
-                    Update([samples[i] for i in idx.tolist()], mini_batch.norm)
-                )
+                shard.append(Update([samples[i] for i in idx.tolist()], mini_batch.norm))
     return shards
 
 

@@ -503,7 +503,7 @@ def _fixed_logprobs(
     (in the first epoch's order) and later micro-batches take its row (`_stack_rows`).
     """
     share = shares_prompts(model, cfg)
-    distinct = list({id(s): s for update in shard.updates for s in update.samples
+    distinct = list({id(s): s for update in shard for s in update.samples
                      if id(s) not in skip}.values())
     rows: dict[int, Tensor] = {}
     for samples in _micro_batches(distinct, cfg) if distinct else []:
@@ -590,7 +590,7 @@ def train_on_shard(
     # of its samples (detached: bit for bit what a no-grad pass over the same micro-batch
     # gives) and the no-grad pass covers only the samples it does not hold; with a single
     # update per batch there is no such pass at all.
-    first = frozenset(id(s) for s in shard.updates[0].samples) if shard.updates else frozenset()
+    first = frozenset(id(s) for s in shard[0].samples) if shard else frozenset()
     old = _fixed_logprobs(model, shard, cfg, pad_id, device, compute_dtype, skip=first)
     ref = None if ref_model is None else _fixed_logprobs(
         ref_model, shard, cfg, pad_id, device, compute_dtype
@@ -601,7 +601,7 @@ def train_on_shard(
     params = [p for group in optimizer.param_groups for p in group["params"]]
     share = shares_prompts(model, cfg)
     per_update, grad_norms, bad = [], [], 0
-    for u, update in enumerate(shard.updates):
+    for u, update in enumerate(shard):
         optimizer.zero_grad(set_to_none=True)
         parts = []
         micro_batches = _micro_batches(update.samples, cfg)
@@ -662,7 +662,7 @@ def logprob_gaps(shard: Shard, old: dict[int, Tensor]) -> dict[str, float]:
     those very weights (`TrainSample.engine`). On-policy this is round-off; an engine that
     did not receive the last weights shows the distance between two policies."""
     gaps: dict[str, float] = {}
-    for update in shard.updates:
+    for update in shard:
         for s in update.samples:
             if s.engine < 0 or not s.response_ids:
                 continue

@@ -171,7 +171,7 @@ def make_batch(rollout: Rollout, version: int, step: int, cfg: Config) -> Batch:
         step_coef=algo.step_coef,
     )
     if not samples:
-        return Batch(groups, samples, [batching.Shard([]) for _ in range(world)], dropped)
+        return Batch(groups, samples, [[] for _ in range(world)], dropped)
     shards = batching.make_shards(
         samples, step=step, world_size=world, epochs=algo.epochs, mini_batches=algo.mini_batches,
         max_len=cfg.rollout.sampling.max_new_tokens, seed=cfg.run.seed,

@@ -55,10 +55,10 @@ def test_shards_are_the_same_global_updates_for_any_world_size(mini_batches):
     common = dict(step=3, epochs=2, mini_batches=mini_batches, max_len=16, seed=0)
     one = batching.make_shards(samples, world_size=1, **common)
     two = batching.make_shards(samples, world_size=2, **common)
-    assert len(one[0].updates) == len(two[0].updates) == 2 * mini_batches
+    assert len(one[0]) == len(two[0]) == 2 * mini_batches
     for u in range(2 * mini_batches):
-        whole = one[0].updates[u]
-        halves = [two[0].updates[u], two[1].updates[u]]
+        whole = one[0][u]
+        halves = [two[0][u], two[1][u]]
         assert len(halves[0].samples) == len(halves[1].samples)
         assert halves[0].samples + halves[1].samples == whole.samples
         assert halves[0].norm == halves[1].norm == whole.norm
@@ -92,7 +92,7 @@ def test_mask_truncated_keeps_cut_completions_out_of_the_loss_but_not_the_baseli
     # The cut completion's reward still sets its group's baseline.
     assert [s.advantage for s in on] == [s.advantage for s in off] == [-0.5, 0.5, 0.5, -0.5]
     [update] = batching.make_shards(on, step=0, world_size=1, epochs=1, mini_batches=1,
-                                    max_len=16, seed=0)[0].updates
+                                    max_len=16, seed=0)[0]
     assert update.norm.total_tokens == sum(len(s.response_ids) for s in on if not s.masked)
     assert update.norm.total_seqs == 4  # TRL: a masked sequence still counts as one
 

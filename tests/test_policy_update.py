@@ -84,12 +84,12 @@ def test_single_update_takes_pi_old_from_its_own_forward_pass(tiny_path):
     cfg = load_config(None, ["learner.lr=1e-2", "algo.is_correction=none"])
     pad = load_tokenizer(tiny_path).pad_token_id
     work = shard([1.0, -1.0, 0.5, -0.5], cfg)
-    assert len(work.updates) == 1
+    assert len(work) == 1
     model, opt, sched = setup(tiny_path, cfg)
     train_on_shard(model, opt, sched, work, cfg, pad)
 
     ref, ref_opt, _ = setup(tiny_path, cfg)
-    update = work.updates[0]
+    update = work[0]
     batch = collate(update.samples, pad)
     with torch.no_grad():
         old, _ = response_logprobs(ref, batch, temperature=1.0)
@@ -111,7 +111,7 @@ def test_fixed_logprobs_run_each_sample_once_across_epochs(tiny_path):
     cfg = load_config(None, ["algo.epochs=3", "algo.mini_batches=2",
                              "learner.micro_batch_size=2"])
     work = shard([1.0, -1.0, 0.5, -0.5, 0.25, -0.25], cfg)
-    assert len(work.updates) == 6
+    assert len(work) == 6
     model = load_causal_lm(tiny_path)
     pad = load_tokenizer(tiny_path).pad_token_id
     calls = []
@@ -119,7 +119,7 @@ def test_fixed_logprobs_run_each_sample_once_across_epochs(tiny_path):
     fixed = _fixed_logprobs(model, work, cfg, pad, "cpu")
     hook.remove()
     assert len(calls) == 3  # 6 distinct samples in micro-batches of 2
-    for update in work.updates:
+    for update in work:
         for i in range(0, len(update.samples), 2):
             samples = update.samples[i : i + 2]
             with torch.no_grad():
@@ -149,10 +149,10 @@ def test_first_update_gives_pi_old_of_its_samples(tiny_path):
     ref, ref_opt, ref_sched = setup(tiny_path, cfg)
     ref.train()
     micro = [[collate(u.samples[i : i + 2], pad) for i in range(0, len(u.samples), 2)]
-             for u in work.updates]
+             for u in work]
     with torch.no_grad():
         old = [[response_logprobs(ref, b, 1.0)[0] for b in batches] for batches in micro]
-    for u, update in enumerate(work.updates):
+    for u, update in enumerate(work):
         ref_opt.zero_grad()
         for m, batch in enumerate(micro[u]):
             logp, _ = response_logprobs(ref, batch, temperature=1.0)
@@ -262,7 +262,7 @@ def test_token_advantages_equal_to_the_advantage_train_exactly_as_without(tiny_p
         torch.manual_seed(0)
         model, opt, sched = setup(tiny_path, cfg)
         work = shard([1.0, -1.0, 0.5, -0.5], cfg)
-        for update in work.updates:
+        for update in work:
             for s in update.samples:
                 s.token_advantages = [s.advantage] * len(s.response_ids) if with_tokens else None
         train_on_shard(model, opt, sched, work, cfg, pad)

@@ -110,10 +110,10 @@ def test_make_batch_drops_stale_groups_and_cuts_one_shard_per_rank():
     batch = step.make_batch(rollout, version=8, step=5, cfg=c)  # samples are one version old
     assert batch.dropped == 0 and len(batch.samples) == 16
     assert len(batch.shards) == 2
-    assert [len(u.samples) for u in batch.shards[0].updates] == [4, 4]
+    assert [len(u.samples) for u in batch.shards[0]] == [4, 4]
     stale = step.make_batch(rollout, version=9, step=5, cfg=c)
     assert stale.dropped == 16 and stale.samples == []
-    assert [s.updates for s in stale.shards] == [[], []]
+    assert stale.shards == [[], []]
 
 
 def test_advantages_are_group_relative():

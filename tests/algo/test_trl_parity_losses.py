@@ -143,7 +143,7 @@ def test_mask_truncated_matches_trl(
         for i, m in enumerate(mask)
     ]
     [update] = make_shards(samples, step=0, world_size=1, epochs=1, mini_batches=1,
-                           max_len=MAX_LEN, seed=0)[0].updates
+                           max_len=MAX_LEN, seed=0)[0]
     order = [next(i for i, s in enumerate(samples) if s is u) for u in update.samples]
     logprobs, old, behaviour, ref, entropy, adv = (
         t[order] for t in (logprobs, old, behaviour, ref, entropy, adv))

@@ -175,10 +175,10 @@ def test_advantages_do_not_depend_on_the_learner_world_size(aggregation: str) ->
         # every sample on every rank carries the advantage computed on the whole batch
         by_sample = {tuple(s.response_ids): s.advantage for s in batch.samples}
         for shard in batch.shards:
-            for update in shard.updates:
+            for update in shard:
                 for s in update.samples:
                     assert s.advantage == by_sample[tuple(s.response_ids)]
-        assert sum(len(u.samples) for sh in batch.shards for u in sh.updates) == 32 * 2
+        assert sum(len(u.samples) for sh in batch.shards for u in sh) == 32 * 2
         seen.append(by_sample)
     assert seen[0] == seen[1] == seen[2]
     assert any(a != 0 for a in seen[0].values())
