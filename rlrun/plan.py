@@ -44,11 +44,8 @@ Learner, per rank (what one GPU holds at the peak of a forward/backward):
   T*(4h + 2*c*h). Adapter activations (r per target per token) are left out: under 1%.
   T is the model positions of the largest micro-batch: `learner.max_tokens_per_micro_batch`
   when set, else n = micro_batch_size sequences (no more than one rank's share of an update) of
-  s tokens. Shared-prompt rows (`learner.shared_prompt_forward`, the default, with sdpa or eager
-  attention) hold a prompt once and then up to 2s - p tokens of its responses (r each), and
-  every row is padded to the longest: T is the worst mix of the step's prompts in a micro-batch
-  (`Layout.micro_batch`), which with many prompts is n - 1 rows of p + 2r, more than n*s, and
-  with few prompts per micro-batch less.
+  s tokens; in shared-prompt rows (`learner.shared_prompt_forward`, the default, with sdpa or
+  eager attention) the worst mix of the step's prompts (`Layout.micro_batch`).
   s = prompt tokens (`--prompt-tokens`, default 512: a config does not record prompt lengths) +
   `rollout.sampling.max_new_tokens`, capped at `rollout.max_model_len`.
 - the output layer, as `rlrun.policy_update.response_logprobs` computes the log-probs of the
@@ -323,8 +320,6 @@ class ModelShape:
         """A in the module docstring: bytes one layer saves for backward per token."""
         h = self.hidden
         linear_inputs = 2 * h + self.q_dim + 2 * self.kv_dim + self.q_dim + 4 * self.intermediate
-        # Qwen3's per-head RMSNorm on q and k saves what every RMSNorm does: its fp32 input and
-        # the normalised value.
         qk_norms = (4 + c) * (self.q_dim + self.kv_dim) if self.qk_norm else 0
         return c * linear_inputs + 2 * (4 * h + c * h) + qk_norms
 
@@ -542,7 +537,6 @@ _STATE_ITEMS = ("weights", "gradients", "optimizer", "frozen base", "adapters")
 @dataclass
 class RolloutPlan(RolePlan):
     weights: float = 0.0
-    kv_bytes_per_token: int = 0
     kv_tokens: int | None = None
     sequences: int | None = None
     seq_len: int = 0
@@ -563,10 +557,6 @@ class Plan:
     @property
     def roles(self) -> list[RolePlan]:
         return [r for r in (self.learner, self.rollout, self.colocated) if r is not None]
-
-    @property
-    def problems(self) -> list[str]:
-        return [p for r in self.roles for p in r.problems]
 
     @property
     def fits(self) -> bool | None:
@@ -595,7 +585,6 @@ def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool) -> 
     per = f" / {shards} ranks" if shards > 1 else ""
     if rank:
         items.append(Item("frozen base", p * c / shards, offload, f"{compute}{per}"))
-        # PEFT's autocast_adapter_dtype keeps adapters in fp32 over a 16-bit base.
         items.append(Item("adapters", 4 * trained * 4 / shards, offload,
                           f"{trained / 1e6:.1f} M params x (weights, grads, 2 AdamW moments) in "
                           "float32"))
@@ -609,7 +598,6 @@ def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool) -> 
                           "all-reduce buckets (gradient_as_bucket_view=False)"))
     if fsdp:
         root, layer = shape.root_params, shape.layer_params
-        # Unsharded gradients wait for reduce-scatter only where weights are trained.
         grads = 0 if rank else root + layer
         items.append(Item("working copy", (root + 2 * layer + grads) * c, False,
                           "FSDP2 all-gathered root + 2 layers"
@@ -678,8 +666,9 @@ _BACKWARD = ("log-prob backward", "output-layer backward")
 
 def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, unchunked: float,
                  chunked: bool) -> Phased:
-    """The output layer's share of a micro-batch: logits, log-prob chunks and the gradients of
-    the output layer's and the embedding's weights, each with the phases it is alive in."""
+    """The output layer's share of a micro-batch (module docstring: the output layer): logits,
+    log-prob chunks and the gradients of the output layer's and the embedding's weights, each
+    with the phases it is alive in."""
     from rlrun.policy_update import _FULL_LOGITS_BYTES, _LOGPROB_CHUNK_ELEMENTS
 
     master, cdt = lay.cfg.learner.master_dtype, lay.cfg.model.dtype
@@ -687,17 +676,10 @@ def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, unc
     fsdp = lay.cfg.learner.strategy == "fsdp2"
     v, vh = shape.vocab, shape.vocab * shape.hidden
     lora = lay.cfg.learner.lora.rank > 0
-    # response_logprobs compares the logits' size in the output layer's weight dtype: the master
-    # dtype under full fine-tuning (FSDP2 keeps fp32 shards too), the frozen base's under LoRA.
     full_bytes = tokens * v * (c if lora else m)
     full = full_bytes <= _FULL_LOGITS_BYTES or not chunked
     n = min(max(1, _LOGPROB_CHUNK_ELEMENTS // v), response)  # positions per chunk
-    # The output layer's weight gradient [V, H] comes in the compute dtype (autocast, FSDP2's
-    # unsharded parameters) and autograd sums the parts one weight receives out of place: the
-    # selective head's chunks make buffer + new part + sum = 3 of them; autocast then casts the
-    # sum to the master dtype. A tied embedding adds its own [V, H] gradient to the output
-    # layer's at the end of backward: 3 again, in the master dtype. FSDP2's working copy already
-    # counts the root's unsharded gradients once; LoRA trains neither.
+    # FSDP2's working copy already counts the root's unsharded gradients once.
     counted = shape.root_params * c if fsdp else 0
 
     def beyond(nbytes: float) -> float:
@@ -717,11 +699,6 @@ def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, unc
                       f"full-logits path ({_size(full_bytes)} <= {_size(_FULL_LOGITS_BYTES)}): "
                       f"lm_head output [{tokens}, {v}] {cdt}, kept for backward, which writes "
                       "its gradient in place")
-        # Backward of one chunk (`_ChunkedLogprobs.backward`), at its fullest: in c the chunk
-        # read from the logits, its per-sample pick, the previous sample gradient and the
-        # chunk's gradient; in fp32 log_softmax's output, the gather's and log_softmax's
-        # gradients (in fp32 compute the previous pick, still held by its graph, and the divided
-        # input take the place of the fp32 copies: 7 x 4 bytes either way).
         logprobs = Item("log-probs", n * v * (4 * c + _FP32_TEMPORARIES), False,
                         f"backward of one [{n}, {v}] chunk: 4 copies in {cdt}, 3 in float32"
                         + one_pass)
@@ -731,8 +708,6 @@ def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, unc
                       f"{_size(_FULL_LOGITS_BYTES)}): no [R, T, V] tensor, the output layer "
                       f"runs on the {response} response positions in chunks, recomputed in "
                       "backward")
-        # One recomputed chunk: its logits in c and 3 fp32 temporaries, with the output layer's
-        # gradient summed over the earlier chunks (if any).
         so_far = beyond(vh * c) if response > n else 0
         logprobs = Item("log-probs", n * v * (c + _FP32_TEMPORARIES) + so_far, False,
                         f"recomputed [{n}, {v}] chunk in backward: logits in {cdt}, 3 in float32, "
@@ -756,10 +731,8 @@ def _logit_items(shape: ModelShape, lay: Layout, tokens: int, response: int, unc
 
 def _update_items(shape: ModelShape, lay: Layout, trained: int, shards: int, offload: bool,
                   on_gpu: bool) -> Phased:
-    """AdamW's temporaries in `optimizer.step()` (activations are freed by then). On CUDA
-    torch's default foreach implementation makes sqrt(exp_avg_sq) of every parameter at once;
-    on CPU (and under cpu_offload) the single-tensor one makes two copies of one tensor at a
-    time (sqrt, then divided by the bias correction)."""
+    """AdamW's temporaries in `optimizer.step()` (module docstring: AdamW's step); the
+    single-tensor implementation's two copies are sqrt, then divided by the bias correction."""
     lora = lay.cfg.learner.lora
     if lora.rank > 0:
         shapes = shape.linear_shapes()
@@ -818,8 +791,7 @@ def _rollout(shape: ModelShape, lay: Layout, gpu: Gpu | None) -> RolloutPlan:
             items.append(Item("CUDA context + fragmentation", LEARNER_OVERHEAD, False,
                               "fixed, as for the learner"))
         plan = RolloutPlan("rollout", items, None if gpu is None else gpu.capacity,
-                           "per engine: hf (transformers generate)", weights=weights,
-                           kv_bytes_per_token=kv_token, seq_len=seq)
+                           "per engine: hf (transformers generate)", weights=weights, seq_len=seq)
         if gpu is not None and rollout.num_gpus == 0:
             plan.notes.append(f"rollout.num_gpus=0 generates on CPU; checked as if on an "
                               f"{gpu.name}")
@@ -838,8 +810,7 @@ def _rollout(shape: ModelShape, lay: Layout, gpu: Gpu | None) -> RolloutPlan:
     if shape.heads % tp:
         notes.append(f"TP={tp} does not divide the {shape.heads} attention heads: vLLM refuses it")
     if gpu is None:
-        return RolloutPlan("rollout", items, None, what, notes, weights=weights,
-                           kv_bytes_per_token=kv_token, seq_len=seq)
+        return RolloutPlan("rollout", items, None, what, notes, weights=weights, seq_len=seq)
     budget = util * gpu.capacity
     kv = max(0.0, budget - weights - VLLM_OVERHEAD)
     kv_tokens = int(kv // kv_token)
@@ -847,8 +818,7 @@ def _rollout(shape: ModelShape, lay: Layout, gpu: Gpu | None) -> RolloutPlan:
     items.append(Item("KV cache", kv, False,
                       f"{kv_tokens:,} tokens x {kv_token / 1024:g} KiB = {kv_tokens // seq:,} "
                       f"sequences of {seq}"))
-    plan = RolloutPlan("rollout", items, budget, what, notes, weights=weights,
-                       kv_bytes_per_token=kv_token, kv_tokens=kv_tokens,
+    plan = RolloutPlan("rollout", items, budget, what, notes, weights=weights, kv_tokens=kv_tokens,
                        sequences=kv_tokens // seq, seq_len=seq, budget=budget)
     if shape.heads % tp:
         plan.problems.append(f"rollout.tensor_parallel_size={tp} must divide the model's "
