@@ -157,6 +157,8 @@ class Gpu:
     def capacity(self) -> float:
         """Usable bytes."""
         return self.usable_gib * GIB
+
+
 GPUS: dict[str, Gpu] = {
     "a10g": Gpu("a10g", "NVIDIA A10G 24 GB", 22.5, "23,028 MiB per nvidia-smi (audit: ~22.5 GiB)"),
     "a100-40": Gpu("a100-40", "NVIDIA A100 40 GB", 39.4, "torch reports 39.39 GiB"),
@@ -566,7 +568,6 @@ class Plan:
 
 def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
-
 
 
 def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool) -> LearnerPlan:
@@ -1079,6 +1080,7 @@ def suggest(
     def learner_room(lay: Layout) -> float | None:
         p = _learner(shape, lay, spec, chunked_logprobs)
         return None if p.problems else p.margin
+
     def rollout_room(lay: Layout) -> float | None:
         p = _rollout(shape, lay, spec)
         if p.problems:
