@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from itertools import chain, islice
 from typing import Any
 
-from rlrun.config import Config
+from rlrun.config import CHOICES, Config
 from rlrun.data.adapters import ADAPTERS, Adapter
 from rlrun.data.detect import detect_format
 from rlrun.data.errors import BadRow, DataError, RowError
@@ -25,8 +25,8 @@ from rlrun.records import Problem
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("auto", *ADAPTERS)
-BAD_ROW_MODES = ("skip", "fail")
+FORMATS = CHOICES["data.format"]
+BAD_ROW_MODES = CHOICES["data.on_bad_row"]
 # Rows looked at to detect the format; several, because optional columns vary row to row.
 DETECT_ROWS = 20
 

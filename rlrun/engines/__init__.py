@@ -2,10 +2,10 @@
 
 from typing import Any
 
-from rlrun.config import RolloutConfig
+from rlrun.config import CHOICES, RolloutConfig
 from rlrun.engines.base import Engine, SamplingParams, WeightsMismatchError
 
-ENGINES = ("hf", "vllm")
+ENGINES = CHOICES["rollout.engine"]
 
 
 def make_engine(

@@ -14,9 +14,10 @@ handling around them).
 
 from __future__ import annotations
 
+from rlrun.config import CHOICES
 from rlrun.weights.base import WeightReceiver, WeightSender, WeightUpdate, plain_state_dict
 
-BACKENDS = ("object_store", "collective", "ipc")
+BACKENDS = CHOICES["weights.backend"]
 # The name under which vLLM's weight-transfer factory knows rlrun's gloo engine (vLLM on CPU).
 VLLM_GLOO_BACKEND = "gloo"
 

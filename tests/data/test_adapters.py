@@ -269,3 +269,9 @@ def test_wrong_explicit_format_reports_every_row(fixtures):
     result = load_problems(str(fixtures / "gsm8k.jsonl"), fmt="humaneval")
     assert not result.problems
     assert [b.reason for b in result.bad_rows][:1] == ["row 0: field 'task_id' is missing"]
+
+
+def test_every_configurable_format_has_an_adapter():
+    from rlrun.data import FORMATS
+
+    assert sorted(ADAPTERS) == sorted(f for f in FORMATS if f != "auto")
