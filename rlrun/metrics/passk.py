@@ -12,8 +12,6 @@ the paper's numerically stable evaluation of the binomial ratio.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased estimate of pass@k for one problem with c correct among n samples."""
@@ -28,10 +26,3 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         miss *= 1.0 - k / i
     return 1.0 - miss
-
-
-def mean_pass_at_k(counts: Sequence[tuple[int, int]], k: int) -> float:
-    """pass@k averaged over problems, each given as (n, c)."""
-    if not counts:
-        raise ValueError("mean_pass_at_k needs at least one problem")
-    return sum(pass_at_k(n, c, k) for n, c in counts) / len(counts)

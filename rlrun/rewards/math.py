@@ -71,7 +71,7 @@ def find_answer(text: str, mode: str) -> Span | None:
     """The answer the extractor `mode` reads from `text`, with its position; None if absent.
 
     For `math_verify` this is the boxed answer when there is one, else the last number, which
-    is what an audit perturbs; `math_correct` itself hands the whole text to math-verify.
+    is what an audit perturbs; `check_answer` itself hands the whole text to math-verify.
     """
     _check_mode(mode)
     offset = max(0, len(text) - CLIP_CHARS)
@@ -148,11 +148,6 @@ def check_answer(text: str, gold: str, mode: str, timeout_s: float = 5.0) -> Mat
     if gold_number is not None:
         return MathResult(extracted == gold_number, extracted)
     return MathResult(_same_text(extracted, gold), extracted)
-
-
-def math_correct(text: str, gold: str, mode: str, timeout_s: float) -> bool:
-    """True when the final answer in `text` equals `gold` under extractor `mode`."""
-    return check_answer(text, gold, mode, timeout_s).correct
 
 
 def _check_mode(mode: str) -> None:

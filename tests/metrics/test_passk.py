@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rlrun.metrics.passk import mean_pass_at_k, pass_at_k
+from rlrun.metrics.passk import pass_at_k
 
 
 @pytest.mark.parametrize(
@@ -40,11 +40,6 @@ def test_pass_at_k_is_not_the_biased_estimate() -> None:
     # 1 - (1 - c/n)^k = 1 - 0.6^2 = 0.64 for n=5, c=2, k=2, whereas the unbiased value is 0.7.
     assert pass_at_k(5, 2, 2) != pytest.approx(1 - (1 - 2 / 5) ** 2)
     assert pass_at_k(5, 2, 2) == pytest.approx(1 - math.comb(3, 2) / math.comb(5, 2))
-
-
-def test_mean_over_problems() -> None:
-    # (0.4 + 1.0 + 0.0) / 3 for pass@1 of (5,2), (3,3), (4,0)
-    assert mean_pass_at_k([(5, 2), (3, 3), (4, 0)], 1) == pytest.approx(1.4 / 3)
 
 
 @pytest.mark.parametrize(("n", "c", "k"), [(3, 1, 4), (3, 4, 1), (3, 1, 0), (3, -1, 1)])

@@ -9,11 +9,14 @@ from rlrun.rewards.math import (
     check_answer,
     extract_answer,
     find_answer,
-    math_correct,
     normalize_number,
 )
 
 from .helpers import FIXTURES
+
+
+def math_correct(text: str, gold: str, mode: str, timeout_s: float) -> bool:
+    return check_answer(text, gold, mode, timeout_s).correct
 
 
 @pytest.mark.parametrize(
