@@ -13,9 +13,9 @@ from typing import TypeVar
 
 from tqdm import tqdm
 
-from rlrun.config import ConfigError
+from rlrun.config import CHOICES, ConfigError
 
-MODES = ("auto", "bar", "off")
+MODES = CHOICES["metrics.progress"]
 T = TypeVar("T")
 
 

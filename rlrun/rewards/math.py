@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from multiprocessing.connection import Connection
 
-MODES: tuple[str, ...] = ("strict", "flexible", "boxed", "math_verify")
+from rlrun.config import CHOICES
+
+MODES = CHOICES["reward.math_extractor"]
 
 # veRL's gsm8k.py looks only at the tail of a completion; keeping that makes strict scores match.
 CLIP_CHARS = 300
