@@ -296,6 +296,21 @@ def test_g16_is_the_8xa100_80_recipe_with_16_completions_per_prompt(capsys):
     assert f"KV {found.rollout.sequences} x {found.rollout.seq_len}" in row
 
 
+@pytest.mark.parametrize("path", CLUSTER_RECIPES, ids=ids(CLUSTER_RECIPES))
+def test_the_docs_row_of_each_cluster_recipe_states_its_plan(path):
+    """docs/gpu.md's figures are the planner's: a change to either that moves them fails here."""
+    cfg = recipe(path)
+    found = plan.estimate(cfg, plan.shipped_config(cfg.model.path), CLUSTERS[cluster_of(path)][0],
+                          prompt_tokens=prompt_tokens(cfg))
+    row = docs_row(path)
+    if found.colocated is not None:
+        peak = found.colocated
+        assert f"peak {_gib1(peak.total)} of {_gib1(peak.capacity)} GiB" in row
+    else:
+        assert f"learner {_gib1(found.learner.total)} of {_gib1(found.learner.capacity)} GiB" in row
+    assert f"KV {found.rollout.sequences} x {found.rollout.seq_len}" in row
+
+
 @pytest.mark.parametrize("path", list(USER_SETUPS), ids=ids(list(USER_SETUPS)))
 def test_user_setup_uses_its_gpus_and_fits_the_instance_cpus(path):
     cfg = recipe(path)
