@@ -350,15 +350,16 @@ class GRPORecipe:
 
     def __exit__(self, *exc: object) -> None:
         """Shut the actor groups down, release their placement groups, stop the plug-ins."""
-        from actors.placement import release
-
         if self.logger is not None:
             self.logger.close()
         self.executor.shutdown(wait=True, cancel_futures=True)
         for group in (self.learner, self.rollouts, self.sandbox):
             if group is not None:
                 group.shutdown()
-        release(self.placement)
+        if self.placement:
+            from actors.placement import release
+
+            release(self.placement)
         if self.reward is not None:
             self.reward.close()
 
