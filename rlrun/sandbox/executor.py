@@ -43,10 +43,12 @@ rlimits (CPU, AS, NPROC, FSIZE, NOFILE, CORE=0); a per-test seccomp filter on to
 when it is PID 1 of its own PID namespace, every process left in it after each test.
 """
 
+import _random
 import base64
 import builtins
 import ctypes
 import errno
+import functools
 import gc
 import io
 import json
@@ -271,7 +273,8 @@ def mount(source, target, fstype, flags, data=None):
 # Slot setup.
 
 class Slot:
-    def __init__(self):
+    def __init__(self, reseed_random):
+        self.reseed_random = reseed_random  # called before every fork, see preload()
         self.uid = None
         self.gid = None
         self.pid1 = os.getpid() == 1
@@ -319,11 +322,15 @@ class Slot:
             self.work_root = req.get("work_root") or "/work"
             fs = req.get("fs_label") or fs
         # Emptied after every test: whatever a test left where it could write. Shared scratch
-        # directories only count when this slot owns them (PID 1 of its own namespace).
-        self.sweep = [self.work_root]
-        if self.pid1 and not req.get("isolate_fs"):
-            self.sweep += [d for d in ("/dev/shm", "/tmp", "/var/tmp")
-                           if os.path.isdir(d) and os.access(d, os.W_OK)]
+        # directories only count when this slot owns them (PID 1 of its own namespace). In the
+        # minimal root a test can write to its own work directory only (the tmpfs above it is
+        # root's, mode 0711), which is removed after each test anyway.
+        self.sweep = []
+        if not req.get("isolate_fs"):
+            self.sweep.append(self.work_root)
+            if self.pid1:
+                self.sweep += [d for d in ("/dev/shm", "/tmp", "/var/tmp")
+                               if os.path.isdir(d) and os.access(d, os.W_OK)]
         if req.get("seccomp", True):
             if os.uname().machine == "x86_64":
                 if self.pid1:
@@ -346,6 +353,12 @@ class Slot:
             self.base_vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
         if self.uid is not None and os.getuid() != 0:
             self.uid = None
+        # Set once here for every child: no supplementary groups (root's would survive the
+        # switch to the test uid), no core dumps, and the argv a program sees.
+        if self.uid is not None:
+            os.setgroups([])
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        sys.argv = ["main.py"]
         return {"ok": True, "pid1": self.pid1, "uid": self.uid, "fs": fs,
                 "seccomp": self.seccomp_state, "python": sys.version.split()[0]}
 
@@ -397,7 +410,6 @@ def set_limits(slot, cpu_s, as_bytes, nproc):
     if as_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
     resource.setrlimit(resource.RLIMIT_FSIZE, (slot.fsize, slot.fsize))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NOFILE, (slot.nofile, slot.nofile))
     if nproc > 0:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
@@ -406,7 +418,6 @@ def set_limits(slot, cpu_s, as_bytes, nproc):
 def drop_privileges(slot, workdir):
     os.chdir(workdir)
     if slot.uid is not None:
-        os.setgroups([])
         os.setgid(slot.gid)
         os.setuid(slot.uid)
 
@@ -418,23 +429,19 @@ def plain_copy(value):
     return decode_plain(encode_plain(value))
 
 
+def emit(obj, dumps=json.dumps, pack=struct.pack, write=os.write):
+    """Send one result frame from a Python child. The functions are bound here, in the zygote,
+    so a program that replaces json.dumps or os.write cannot change what is sent."""
+    data = dumps(obj, separators=(",", ":")).encode("utf-8", "surrogateescape")
+    view = memoryview(pack(">I", len(data)) + data)
+    while view:
+        view = view[write(RESULT_FD, view):]
+
+
 def child_python(slot, code, test, workdir, fds):
     """Runs in the forked child; never returns."""
-    write = os.write
-    exit_now = os._exit
-    dumps = json.dumps
-    pack = struct.pack
-
-    def emit(obj):
-        data = dumps(obj, separators=(",", ":")).encode("utf-8", "surrogateescape")
-        data = pack(">I", len(data)) + data
-        view = memoryview(data)
-        while view:
-            view = view[write(RESULT_FD, view):]
-
-    # Other submissions' code must not be reachable from this one (a program could run a
-    # sibling's solution); the current code is held by `code` and `test`.
-    slot.codes.clear()
+    # Bound before the program runs, which may replace these names where they are defined.
+    exit_now, send = os._exit, emit
     status = 1
     out = err = None
     try:
@@ -445,8 +452,11 @@ def child_python(slot, code, test, workdir, fds):
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.dup2(res_w, RESULT_FD)
-        os.dup2(nonce_r, NONCE_FD)
-        os.closerange(NONCE_FD + 1, 1 << 16)
+        last = RESULT_FD
+        if nonce_r is not None:
+            os.dup2(nonce_r, NONCE_FD)
+            last = NONCE_FD
+        os.closerange(last + 1, 1 << 16)
         drop_privileges(slot, workdir)
         mem = int(test.get("memory_limit_mb", 512)) << 20
         set_limits(slot, float(test.get("time_limit_s", 2.0)), slot.base_vm + mem, slot.nproc)
@@ -454,10 +464,9 @@ def child_python(slot, code, test, workdir, fds):
             load_seccomp(slot.seccomp_py[1])
         sys.stdin, out, err = slot.streams
         sys.stdout, sys.stderr = out, err
-        sys.argv = ["main.py"]
         sys.setrecursionlimit(100000)
-        write(RESULT_FD, READY_FRAME)
-        status = run_python(slot, code, test, emit)
+        os.write(RESULT_FD, READY_FRAME)
+        status = run_python(slot, code, test, send)
     except SystemExit as e:
         status = 0 if e.code in (None, 0) else (e.code if isinstance(e.code, int) else 1)
         if test.get("mode") != "stdio":
@@ -465,7 +474,7 @@ def child_python(slot, code, test, workdir, fds):
     except BaseException as e:  # noqa: B036 - everything the program raises is its outcome
         status = 1
         try:
-            emit({"k": "exc", "t": type(e).__name__})
+            send({"k": "exc", "t": type(e).__name__})
             traceback.print_exc(limit=8, file=err or sys.__stderr__)
         except BaseException:  # noqa: B036
             pass
@@ -564,7 +573,9 @@ def child_exec(slot, program, argv, workdir, fds, limits, use_seccomp):
 # ---------------------------------------------------------------------------------------------
 # The zygote side of one test.
 
-def run_one(slot, start_child, stdin_data, wall_s):
+def run_one(slot, start_child, stdin_data, wall_s, nonce=False):
+    """Fork one child for one test and supervise it; with `nonce`, the child gets a pipe (fd 4)
+    holding a per-run secret that the harness sends back to prove it completed."""
     slot.counter += 1
     workdir = os.path.join(slot.work_root, f"t{slot.counter}")
     os.mkdir(workdir, 0o700)
@@ -577,7 +588,8 @@ def run_one(slot, start_child, stdin_data, wall_s):
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     res_r, res_w = os.pipe2(os.O_CLOEXEC)
-    nonce_r, nonce_w = os.pipe2(os.O_CLOEXEC)
+    nonce_r, nonce_w = os.pipe2(os.O_CLOEXEC) if nonce else (None, None)
+    slot.reseed_random()
     t0 = time.monotonic()
     pid = os.fork()
     if pid == 0:
@@ -585,92 +597,84 @@ def run_one(slot, start_child, stdin_data, wall_s):
             start_child(workdir, (stdin_fd, out_w, err_w, res_w, nonce_r))
         finally:
             os._exit(127)
-    # The nonce exists only after the fork, so no copy of it is in the child's memory; the
-    # read end stays open here until it is written, so a child that exited cannot break it.
-    nonce = os.urandom(16).hex()
-    os.write(nonce_w, nonce.encode())
-    for fd in (stdin_fd, out_w, err_w, res_w, nonce_r):
+    for fd in (stdin_fd, out_w, err_w, res_w):
         os.close(fd)
+    secret = ""
+    if nonce:
+        # The nonce exists only after the fork, so no copy of it is in the child's memory; the
+        # read end stays open here until it is written, so a child that exited cannot break it.
+        secret = os.urandom(16).hex()
+        os.write(nonce_w, secret.encode())
+        os.close(nonce_r)
     try:
         result = supervise(slot, pid, (out_r, err_r, res_r), t0, wall_s)
     finally:
         for fd in (out_r, err_r, res_r):
             os.close(fd)
-        os.close(nonce_w)
+        if nonce:
+            os.close(nonce_w)
         cleanup_dir(workdir)
         for d in slot.sweep:
             sweep_dir(d, slot.keep)
-    frames, bad = parse_frames(result.pop("res"))
+    res = result.pop("res")
     # The setup code writes "ready" before any program code runs, so a child without it died
     # in our code (a sandbox fault) and one with it cannot pretend otherwise.
-    result["ready"] = bool(frames) and frames[0] == {"k": "ready"}
-    frames = frames[1:] if result["ready"] else frames
+    result["ready"] = res.startswith(READY_FRAME)
+    frames, bad = parse_frames(res[len(READY_FRAME):] if result["ready"] else res)
     result["start_error"] = next((fr.get("m", "") for fr in frames[:1]
                                   if isinstance(fr, dict) and fr.get("k") == "execfail"), "")
     done = [fr for fr in frames if isinstance(fr, dict) and fr.get("k") == "done"]
     result["frames"] = [fr for fr in frames if not (isinstance(fr, dict) and fr.get("k") == "done")]
     result["frame_error"] = bad
-    result["completed"] = len(done) == 1 and done[0].get("n") == nonce
+    result["completed"] = nonce and len(done) == 1 and done[0].get("n") == secret
     return result
 
 
 def supervise(slot, pid, fds, t0, wall_s):
+    """Read the child's pipes (capped) until it exits and they close, or a limit is hit; then
+    kill everything the test started and reap it."""
     out_r, err_r, res_r = fds
-    cap = slot.output_limit
     bufs = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray()}
-    caps = {out_r: cap, err_r: 1 << 16, res_r: cap}
-    for fd in bufs:
-        os.set_blocking(fd, False)
+    caps = {out_r: slot.output_limit, err_r: 1 << 16, res_r: slot.output_limit}
     pidfd = os.pidfd_open(pid)
     poller = select.poll()
     for fd in (out_r, err_r, res_r, pidfd):
         poller.register(fd, select.POLLIN)
-    open_fds = {out_r, err_r, res_r}
-    deadline = t0 + wall_s
+    open_pipes = 3
+    # Until the child exits, the wall-clock limit; after, a short grace for its pipes to close
+    # (everything else the test started is killed at that moment).
+    until = t0 + wall_s
     timed_out = exceeded = exited = False
-    exit_grace = 0.0
     try:
-        while not exited or open_fds:
-            now = time.monotonic()
-            if exited:
-                if now >= exit_grace:
-                    break
-                wait_ms = int((exit_grace - now) * 1000) + 1
-            else:
-                if now >= deadline:
-                    timed_out = True
-                    break
-                wait_ms = max(1, int((deadline - now) * 1000) + 1)
-            for fd, _ in poller.poll(wait_ms):
+        while (open_pipes or not exited) and not exceeded:
+            left = until - time.monotonic()
+            if left <= 0:
+                timed_out = not exited
+                break
+            # Pipes are blocking: poll only reports one with data or at EOF, so a read returns.
+            for fd, _ in poller.poll(int(left * 1000) + 1):
                 if fd == pidfd:
-                    if not exited:
-                        exited = True
-                        kill_rest(slot, pid)
-                        exit_grace = time.monotonic() + 0.2
                     poller.unregister(pidfd)
+                    exited = True
+                    kill_rest(slot, pid)
+                    until = time.monotonic() + 0.2
                     continue
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except BlockingIOError:
-                    continue
+                chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     poller.unregister(fd)
-                    open_fds.discard(fd)
+                    open_pipes -= 1
                     continue
                 buf = bufs[fd]
-                if len(buf) + len(chunk) > caps[fd]:
-                    buf += chunk[: caps[fd] - len(buf)]
-                    if fd != err_r:
-                        exceeded = True
-                    else:
-                        continue
+                room = caps[fd] - len(buf)
+                if len(chunk) > room:
+                    buf += chunk[:room]
+                    exceeded = exceeded or fd != err_r
                 else:
                     buf += chunk
-            if exceeded:
-                break
     finally:
         os.close(pidfd)
-        kill_rest(slot, pid)
+        if not exited:
+            kill_rest(slot, pid)
     _, status, ru = os.wait4(pid, 0)
     wall = time.monotonic() - t0
     reap_orphans()
@@ -688,20 +692,16 @@ def supervise(slot, pid, fds, t0, wall_s):
 
 
 def kill_rest(slot, pid):
-    """Kill the test's process group and, as PID 1 of the namespace, every other process."""
+    """Kill every process the test started: as PID 1 of the namespace, every other process;
+    otherwise the child and its session, which it made first and no process of it can leave."""
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    if slot.pid1:
-        try:
+        if slot.pid1:
             os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
 
 
 def reap_orphans(wait_s=2.0):
@@ -767,8 +767,9 @@ def cleanup_dir(path):
 # Requests.
 
 def cached_compile(slot, source, filename):
-    """The code object of `source`, compiled once per slot; the source itself when it does not
-    compile (or is very large), so the child compiles it and reports the error as its own."""
+    """The code object of `source`, compiled once while the slot runs this program; the source
+    itself when it does not compile (or is very large), so the child compiles it and reports the
+    error as its own."""
     code = slot.codes.get((filename, source))
     if code is not None:
         return code
@@ -788,15 +789,20 @@ def op_run(slot, req):
     lang = req.get("lang", "python")
     results = []
     if lang == "python":
+        # A child can reach every object the zygote holds: keep only this program's code, so no
+        # program can find (and run) another submission's.
+        if ("main.py", req["code"]) not in slot.codes:
+            slot.codes.clear()
         code = cached_compile(slot, req["code"], "main.py")
         for test in req["tests"]:
-            if test.get("mode") == "harness":
+            harness = test.get("mode") == "harness"
+            if harness:
                 test = dict(test, harness_code=cached_compile(slot, test["harness"], "<harness>"))
 
             def start(workdir, fds, test=test):
                 child_python(slot, code, test, workdir, fds)
             r = run_one(slot, start, test.get("stdin", "").encode("utf-8", "surrogateescape"),
-                        float(test.get("time_limit_s", 2.0)))
+                        float(test.get("time_limit_s", 2.0)), nonce=harness)
             results.append(r)
             if req.get("stop_on_abnormal") and abnormal(r):
                 break
@@ -887,8 +893,8 @@ def store_binary(slot, key, data):
         os.close(slot.binaries.pop(next(iter(slot.binaries))))
 
 
-def serve(rfd, wfd):
-    slot = Slot()
+def serve(rfd, wfd, reseed_random):
+    slot = Slot(reseed_random)
     while True:
         try:
             req = recv_frame(rfd)
@@ -920,9 +926,26 @@ def serve(rfd, wfd):
         reply = req = None
 
 
-def main():
+def preload():
+    """Import PRELOAD; return the function that gives random's generator fresh entropy.
+
+    Importing random registers a hook that re-seeds its generator, in Python, in every forked
+    child: some twenty pages of memory copied per test. The hook is left out here and the zygote
+    calls the returned function before each fork instead, so every test still starts from fresh
+    entropy, as in a new interpreter."""
+    register = os.register_at_fork
+    os.register_at_fork = lambda **_: None
+    try:
+        import random
+    finally:
+        os.register_at_fork = register
     for name in PRELOAD:
         __import__(name)
+    return functools.partial(_random.Random.seed, random._inst)
+
+
+def main():
+    reseed_random = preload()
     # Protocol pipes move off 0/1 so a child that inherits nothing but 0-4 never sees them.
     rfd, wfd = os.dup(0), os.dup(1)
     os.set_inheritable(rfd, False)
@@ -939,7 +962,7 @@ def main():
     LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     gc.collect()
     gc.freeze()
-    return serve(rfd, wfd)
+    return serve(rfd, wfd, reseed_random)
 
 
 if __name__ == "__main__":

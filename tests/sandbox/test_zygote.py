@@ -1,0 +1,49 @@
+"""What a test inherits from the zygote it is forked from, and what it does not.
+
+The zygote sets some process state once for all its children (no supplementary groups, no core
+dumps, argv) and re-seeds `random` before each fork; a test must still see only its own
+descriptors and fresh random state, and must run to its own end whatever it does to its pipes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.sandbox.conftest import assert_still_works, stdio_sub
+
+pytestmark = pytest.mark.system
+
+
+def test_each_test_starts_from_fresh_random_state(judge) -> None:
+    code = "import random, sys\nprint('ok')\nprint(random.getrandbits(64), file=sys.stderr)\n"
+    (res,) = judge.judge([stdio_sub(code, [("", "ok\n")] * 4)])
+    assert res.status == "accepted", res
+    assert len({v.stderr_head.strip() for v in res.tests}) == 4, res
+
+
+def test_state_the_zygote_sets_once_reaches_every_test(judge) -> None:
+    code = ("import os, resource, sys\n"
+            "print(os.getgroups(), resource.getrlimit(resource.RLIMIT_CORE), sys.argv)\n")
+    (res,) = judge.judge([stdio_sub(code, [("", "[] (0, 0) ['main.py']\n")] * 2)])
+    assert res.status == "accepted", res
+
+
+def test_a_test_sees_no_descriptor_but_its_own(judge) -> None:
+    # 0-2 and the result pipe (3); the nonce pipe (4) exists for harness tests only, and the
+    # zygote's request and reply pipes never.
+    code = ("import os\n"
+            "for fd in range(3, 64):\n"
+            "    try:\n        os.fstat(fd)\n        print(fd)\n"
+            "    except OSError:\n        pass\n")
+    (res,) = judge.judge([stdio_sub(code, [("", "3\n")])])
+    assert res.status == "accepted", res
+
+
+def test_a_test_that_closes_its_pipes_still_runs_to_its_end(judge) -> None:
+    closes = "import os, time\nfor fd in (0, 1, 2, 3):\n    os.close(fd)\n"
+    exits = stdio_sub(closes + "time.sleep(0.2)\nos._exit(3)\n", [("", "")])
+    sleeps = stdio_sub(closes + "time.sleep(30)\n", [("", "")])
+    r_exits, r_sleeps = judge.judge([exits, sleeps])
+    assert (r_exits.status, r_exits.tests[0].detail) == ("runtime_error", "exit status 3")
+    assert r_sleeps.status == "time_limit", r_sleeps
+    assert_still_works(judge)
