@@ -33,6 +33,17 @@ EXECUTOR_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execut
 CONTAINER_EXECUTOR = "/opt/rlrun/executor.py"
 EXECUTOR_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 BACKENDS = ("process", "bwrap", "docker")
+# The process backend's executor binds every shared-library symbol when it starts, so its
+# forked children do not each resolve (and copy the pages of) the lazily bound ones they call.
+PROCESS_ENV = dict(EXECUTOR_ENV, LD_BIND_NOW="1")
+# It also starts the executor from its cached bytecode (__pycache__, written at
+# the first import): compiling the script at each start leaves the compiler's garbage
+# scattered through the heap, and every fork of the zygote copies the page tables of it all.
+BOOTSTRAP = ("import importlib.util, sys\n"
+             "spec = importlib.util.spec_from_file_location('executor', sys.argv[1])\n"
+             "executor = importlib.util.module_from_spec(spec)\n"
+             "spec.loader.exec_module(executor)\n"
+             "sys.exit(executor.main())\n")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -67,14 +78,18 @@ def _python(cfg: SandboxConfig) -> str:
     return cfg.python or sys.executable
 
 
+def _executor_argv(cfg: SandboxConfig) -> list[str]:
+    return [_python(cfg), "-I", "-S", "-c", BOOTSTRAP, EXECUTOR_PATH]
+
+
 def process_launch(cfg: SandboxConfig) -> Launch:
     """The `process` backend: namespaces via unshare, per-slot uid, minimal read-only root."""
     unshare = shutil.which("unshare")
     if os.geteuid() == 0 and unshare:
         argv = [unshare, "--net", "--pid", "--mount", "--fork", "--kill-child",
-                _python(cfg), "-I", "-S", EXECUTOR_PATH]
+                *_executor_argv(cfg)]
         init = dict(_base_init(cfg), isolate_fs=True)
-        return Launch(argv, init, uid_from_pid=True,
+        return Launch(argv, init, uid_from_pid=True, env=dict(PROCESS_ENV),
                       isolation="namespaces (net, pid, mount) + per-slot uid + rlimits + seccomp")
     reason = ("the process backend needs root (to create network/PID/mount namespaces and run "
               "each test under its own uid)" if os.geteuid() != 0
@@ -87,7 +102,7 @@ def process_launch(cfg: SandboxConfig) -> Launch:
     work = os.path.join("/tmp", f"rlrun-sandbox-{uuid.uuid4().hex[:12]}")
     os.makedirs(work, mode=0o700)
     init = dict(_base_init(cfg), isolate_fs=False, work_root=work)
-    return Launch([_python(cfg), "-I", "-S", EXECUTOR_PATH], init,
+    return Launch(_executor_argv(cfg), init, env=dict(PROCESS_ENV),
                   isolation=f"UNISOLATED ({reason}): rlimits + seccomp only")
 
 

@@ -35,7 +35,7 @@ def test_process_backend_as_root_uses_namespaces(monkeypatch) -> None:
     assert launch.argv[:6] == ["/usr/bin/unshare", "--net", "--pid", "--mount", "--fork",
                                "--kill-child"]
     assert launch.init["isolate_fs"] and launch.uid_from_pid
-    assert set(launch.env) == {"PATH", "LANG"}
+    assert set(launch.env) == {"PATH", "LANG", "LD_BIND_NOW"}
 
 
 def test_bwrap_backend_binds_read_only_and_unshares(monkeypatch) -> None:
