@@ -4,7 +4,9 @@ In one run on this machine, for three workloads (a trivial stdin program, a ~50 
 Python program, a C++ program), it measures tests per second of
 
   (a) `rlrun judge --backend process`, run as a separate command on a JSONL file, timed from
-      process start to exit (startup, parsing, judging and writing the output all count);
+      process start to exit (startup, parsing, judging and writing the output all count), and
+      its marginal rate: the extra tests of a full run over a run of a tenth of them, divided by
+      the extra time, which leaves out the fixed cost of starting (the rate of a long run);
   (b) the same with `--backend docker` (one long-lived container per executor, started inside
       the timed run);
   (c) one `subprocess` per test: `python -c CODE` with this interpreter (the one the judge's
@@ -12,8 +14,13 @@ Python program, a C++ program), it measures tests per second of
   (d) one `docker run --rm -i --network none IMAGE ...` per test, the same way.
 
 Next to each wall-clock rate of (a) and (c) it reports the CPU time per test of every process
-the method started, which does not depend on what else runs on a shared machine, and from it
-the rate (a) would reach with the CPUs to itself.
+the method started, which does not depend on what else runs on a shared machine, and from (a)'s
+marginal CPU time per test the rate it would reach with the CPUs to itself.
+
+With `--baseline REV` it also runs (a) with the `rlrun judge` of git revision REV (a temporary
+`git worktree`, run as `python -m rlrun` with PYTHONPATH pointing at it, the same interpreter),
+on the same tests with the same settings, the two interleaved run by run, and reports both side
+by side in a second table.
 
 Every method runs the same number of tests at once as the judge has worker slots (--workers,
 default the CPU count), so the comparison is of the isolation machinery, not of parallelism.
@@ -26,11 +33,13 @@ The table goes to stdout and into this script's section of docs/benchmarks.md.
     .venv/bin/python benchmarks/sandbox_throughput.py            # full run, updates the doc
     .venv/bin/python benchmarks/sandbox_throughput.py --quick --no-write
     .venv/bin/python benchmarks/sandbox_throughput.py --smoke   # a few tests each, no docker
+    .venv/bin/python benchmarks/sandbox_throughput.py --baseline HEAD~1   # also that revision
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -40,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,12 +100,12 @@ def cases(n: int) -> list[tuple[str, str]]:
     return [(f"{i} {2 * i + 1}\n", f"{3 * i + 1}\n") for i in range(n)]
 
 
-def jsonl_lines(w: Workload, tests_per_sub: int) -> list[str]:
+def jsonl_lines(w: Workload, n_tests: int, tests_per_sub: int) -> list[str]:
     """Submissions of `tests_per_sub` distinct tests each (distinct, so nothing is de-duplicated).
     C++ programs differ by a comment per 500 tests, so a few compilations are part of the cost."""
-    all_cases = cases(w.n_tests)
+    all_cases = cases(n_tests)
     lines = []
-    for k in range(0, w.n_tests, tests_per_sub):
+    for k in range(0, n_tests, tests_per_sub):
         code = w.code if w.language == "python" else f"// variant {k // 500}\n{w.code}"
         tests = [{"input": i, "output": o} for i, o in all_cases[k:k + tests_per_sub]]
         lines.append(json.dumps({"id": f"{w.name}-{k}", "language": w.language, "code": code,
@@ -109,27 +119,89 @@ def children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def run_rlrun_judge(w: Workload, backend: str, workers: int, tmp: Path) -> tuple[float, float]:
-    """(tests/s, CPU ms per test) of one `rlrun judge` run. The CPU count covers the command,
-    its executors and their test processes; for docker only what runs outside containers."""
+def run_rlrun_judge(w: Workload, n_tests: int, backend: str, workers: int, tmp: Path,
+                    tree: Path = ROOT) -> tuple[float, float]:
+    """(seconds, CPU seconds) of one `rlrun judge` run on `n_tests` tests, with the rlrun of
+    source tree `tree`. The CPU count covers the command, its executors and their test
+    processes; for docker only what runs outside containers."""
     tests_per_sub = 10
-    src, out = tmp / f"{w.name}-{backend}.jsonl", tmp / f"{w.name}-{backend}.out.jsonl"
-    src.write_text("\n".join(jsonl_lines(w, tests_per_sub)) + "\n")
-    rlrun = shutil.which("rlrun", path=str(Path(sys.executable).parent)) or "rlrun"
-    cmd = [rlrun, "judge", str(src), "--out", str(out), "--backend", backend,
-           "--workers", str(workers)]
+    src, out = tmp / f"{w.language}-{n_tests}.jsonl", tmp / f"{w.language}-{backend}.out.jsonl"
+    src.write_text("\n".join(jsonl_lines(w, n_tests, tests_per_sub)) + "\n")
+    cmd = [sys.executable, "-m", "rlrun", "judge", str(src), "--out", str(out),
+           "--backend", backend, "--workers", str(workers)]
+    # Run from `tmp`: `python -m` puts the working directory first on sys.path.
+    env = dict(os.environ, PYTHONPATH=str(tree))
     start, cpu = time.perf_counter(), children_cpu_s()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
     elapsed, cpu = time.perf_counter() - start, children_cpu_s() - cpu
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"{' '.join(cmd)} ({tree}) exited {proc.returncode}:\n"
+                         f"{proc.stderr[-3000:]}")
     results = [json.loads(line) for line in out.read_text().splitlines()]
     bad = [r for r in results if r["status"] != "accepted"]
     judged = sum(len(r["tests"]) for r in results)
-    if bad or judged != w.n_tests:
-        raise SystemExit(f"rlrun judge --backend {backend} on {w.name}: {len(bad)} submissions "
-                         f"not accepted, {judged}/{w.n_tests} tests judged; first: {bad[:1]}")
-    return w.n_tests / elapsed, 1000 * cpu / w.n_tests
+    if bad or judged != n_tests:
+        raise SystemExit(f"rlrun judge --backend {backend} ({tree}) on {w.name}: {len(bad)} "
+                         f"submissions not accepted, {judged}/{n_tests} tests judged; "
+                         f"first: {bad[:1]}")
+    return elapsed, cpu
+
+
+@dataclass
+class JudgeFigures:
+    """Best-of-runs figures of one rlrun judge on one workload."""
+
+    rate: float  # tests/s, start to exit
+    marginal: float  # tests/s beyond the fixed cost of starting
+    cpu_ms: float  # CPU ms per test, start to exit
+    marginal_cpu_ms: float  # CPU ms per test beyond the fixed cost of starting
+
+
+def measure_judges(w: Workload, backend: str, workers: int, tmp: Path, trees: dict[str, Path],
+                   runs: int) -> dict[str, JudgeFigures]:
+    """Figures of each tree's `rlrun judge` on `w`: a full run and a run of a tenth of the tests
+    (the fixed cost) each, `runs` times, the trees in turn (alternating which goes first), so
+    all of them see the same spells of other load. Best run of each size: the least disturbed."""
+    small = max(1, w.n_tests // 10)
+    times: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    labels = list(trees)
+    for r in range(runs):
+        for label in labels if r % 2 == 0 else labels[::-1]:
+            for n in (w.n_tests, small):
+                times.setdefault((label, n), []).append(
+                    run_rlrun_judge(w, n, backend, workers, tmp, trees[label]))
+    figures = {}
+    for label in labels:
+        (t_full, cpu_full), (t_small, cpu_small) = (
+            (min(t for t, _ in times[label, n]), min(c for _, c in times[label, n]))
+            for n in (w.n_tests, small))
+        extra = w.n_tests - small
+        figures[label] = JudgeFigures(
+            rate=w.n_tests / t_full, marginal=extra / max(t_full - t_small, 1e-9),
+            cpu_ms=1000 * cpu_full / w.n_tests,
+            marginal_cpu_ms=1000 * max(cpu_full - cpu_small, 0.0) / extra)
+    return figures
+
+
+@contextlib.contextmanager
+def worktree(rev: str) -> Iterator[tuple[Path, str]]:
+    """(path, short hash) of a temporary detached `git worktree` of `rev`, removed afterwards."""
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
+                         capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="rlrun-baseline-") as tmp:
+        path = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), sha],
+                       check=True, capture_output=True)
+        try:
+            found = subprocess.run([sys.executable, "-c", "import rlrun; print(rlrun.__file__)"],
+                                   env=dict(os.environ, PYTHONPATH=str(path)), cwd=tmp,
+                                   check=True, capture_output=True, text=True).stdout.strip()
+            if not found.startswith(str(path)):
+                raise SystemExit(f"PYTHONPATH={path} imports rlrun from {found}, not from {rev}")
+            yield path, sha
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
+                           check=False, capture_output=True)
 
 
 def run_per_test(argv_for: list[str], w: Workload, n: int, workers: int,
@@ -170,12 +242,17 @@ def best(runs: int, measure_once) -> tuple[float, float]:
     return max(r for r, _ in results), min(c for _, c in results)
 
 
-def measure(w: Workload, workers: int, tmp: Path, docker_note: str | None,
-            runs: int) -> dict[str, float]:
-    row: dict[str, float] = {}
-    row["a"], row["a_cpu"] = best(runs, lambda: run_rlrun_judge(w, "process", workers, tmp))
+def measure(w: Workload, workers: int, tmp: Path, docker_note: str | None, runs: int,
+            baseline: Path | None) -> tuple[dict[str, float], JudgeFigures | None]:
+    """The row of `w` (rates and CPU per test of each method) and the baseline's (a) figures."""
+    trees = {"now": ROOT} if baseline is None else {"now": ROOT, "baseline": baseline}
+    judges = measure_judges(w, "process", workers, tmp, trees, runs)
+    now = judges["now"]
+    row: dict[str, float] = {"a": now.rate, "a_marginal": now.marginal, "a_cpu": now.cpu_ms,
+                             "a_marginal_cpu": now.marginal_cpu_ms}
     if docker_note is None:
-        row["b"], _ = best(runs, lambda: run_rlrun_judge(w, "docker", workers, tmp))
+        row["b"] = max(w.n_tests / run_rlrun_judge(w, w.n_tests, "docker", workers, tmp)[0]
+                       for _ in range(runs))
     n_sub = min(w.n_tests, max(20, w.n_tests // 10))
     if w.language == "python":
         argv = [sys.executable, "-c", w.code]
@@ -192,7 +269,7 @@ def measure(w: Workload, workers: int, tmp: Path, docker_note: str | None,
         mount = ["-v", f"{tmp}:/work:ro"] if w.language == "cpp" else []
         argv = ["docker", "run", "--rm", "-i", "--network", "none", *mount, IMAGE, *docker_argv]
         row["d"], _ = run_per_test(argv, w, w.n_docker_run, workers, timeout_s=120)
-    return row
+    return row, judges.get("baseline")
 
 
 def table(rows: dict[str, dict[str, float]], docker_note: str | None) -> str:
@@ -201,20 +278,57 @@ def table(rows: dict[str, dict[str, float]], docker_note: str | None) -> str:
 
     cpus = os.cpu_count() or 1
     lines = [
-        "| workload | (a) rlrun judge, process | (b) rlrun judge, docker | "
+        "| workload | (a) rlrun judge, process | (a) marginal | (b) rlrun judge, docker | "
         "(c) subprocess per test | (d) docker run per test | (a) / (d) | "
-        f"CPU ms per test, (a) / (c) | (a) on {cpus} idle CPUs |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"CPU ms per test, (a) / (a) marginal / (c) | (a) marginal on {cpus} idle CPUs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in rows.items():
         ratio = f"{row['a'] / row['d']:,.0f}x" if "d" in row else "—"
-        idle = cpus * 1000 / row["a_cpu"]
-        lines.append(f"| {name} | {cell(row, 'a')} | {cell(row, 'b')} | {cell(row, 'c')} | "
-                     f"{cell(row, 'd')} | {ratio} | {row['a_cpu']:.2f} / {row['c_cpu']:.2f} | "
-                     f"{idle:,.0f} |")
+        lines.append(f"| {name} | {cell(row, 'a')} | {cell(row, 'a_marginal')} | "
+                     f"{cell(row, 'b')} | {cell(row, 'c')} | {cell(row, 'd')} | {ratio} | "
+                     f"{row['a_cpu']:.2f} / {row['a_marginal_cpu']:.2f} / {row['c_cpu']:.2f} | "
+                     f"{idle_rate(row['a_marginal_cpu']):,.0f} |")
     if docker_note:
         lines.append(f"\n(b) and (d) skipped: {docker_note}.")
     return "\n".join(lines)
+
+
+def idle_rate(cpu_ms: float) -> float:
+    """Tests per second with every CPU of this machine busy at `cpu_ms` CPU ms per test."""
+    return (os.cpu_count() or 1) * 1000 / max(cpu_ms, 1e-9)
+
+
+def baseline_table(rows: dict[str, dict[str, float]], baselines: dict[str, JudgeFigures],
+                   sha: str) -> str:
+    """(a) of this tree next to (a) of the baseline revision, per workload."""
+    cpus = os.cpu_count() or 1
+    lines = [
+        f"| workload | tests/s, {sha} / now | marginal tests/s, {sha} / now | "
+        f"marginal CPU ms per test, {sha} / now | marginal on {cpus} idle CPUs, {sha} / now |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, row in rows.items():
+        b = baselines[name]
+        lines.append(f"| {name} | {b.rate:,.1f} / {row['a']:,.1f} | "
+                     f"{b.marginal:,.1f} / {row['a_marginal']:,.1f} | "
+                     f"{b.marginal_cpu_ms:.2f} / {row['a_marginal_cpu']:.2f} | "
+                     f"{idle_rate(b.marginal_cpu_ms):,.0f} / "
+                     f"{idle_rate(row['a_marginal_cpu']):,.0f} |")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    """The CPU model, CPU count, architecture and kernel, e.g. for the table's caption."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return (f"{model}, {os.cpu_count()} CPUs ({platform.machine()}, "
+            f"Linux {platform.release()})")
 
 
 def write_section(body: str) -> None:
@@ -239,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     parser.add_argument("--smoke", action="store_true",
                         help=SMOKE_HELP + " ((b) and (d) skipped: docker is slow to start)")
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also run (a) with the rlrun judge of git revision REV (a temporary "
+                        "worktree), interleaved with this tree's, and report the two side by side")
     args = parser.parse_args(argv)
     if args.smoke:
         args.runs = 1
@@ -254,16 +371,21 @@ def main(argv: list[str] | None = None) -> int:
         Workload("C++ a+b (g++ -O2)", "cpp", CPP, 2000 // scale, n_docker_run),
     ]
     docker_note = "not run in a smoke run" if args.smoke else docker_ready()
-    rows = {}
-    with tempfile.TemporaryDirectory(prefix="rlrun-bench-") as tmp:
+    rows, baselines = {}, {}
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlrun-bench-")))
         os.chmod(tmp, 0o755)  # the container's non-root user runs the C++ binary from here
+        baseline, sha = stack.enter_context(worktree(args.baseline)) if args.baseline \
+            else (None, "")
         for w in workloads:
             print(f"measuring {w.name} ...", file=sys.stderr)
-            rows[w.name] = measure(w, args.workers, Path(tmp), docker_note, args.runs)
+            rows[w.name], baselines[w.name] = measure(w, args.workers, tmp, docker_note,
+                                                      args.runs, baseline)
     command = " ".join(["python benchmarks/sandbox_throughput.py"]
                        + (["--quick"] if args.quick else [])
                        + ([f"--runs {args.runs}"] if args.runs != 2 else [])
-                       + ([f"--workers {args.workers}"] if args.workers != os.cpu_count() else []))
+                       + ([f"--workers {args.workers}"] if args.workers != os.cpu_count() else [])
+                       + ([f"--baseline {args.baseline}"] if args.baseline else []))
     counts = ", ".join(f"{w.name}: {w.n_tests} tests in (a)/(b)" for w in workloads)
     body = "\n".join([
         "## Sandbox throughput (tests per second)",
@@ -271,10 +393,12 @@ def main(argv: list[str] | None = None) -> int:
         table(rows, docker_note),
         "",
         f"Tests per second, higher is better, best of {args.runs} runs of (a), (b), (c) "
-        f"(one of (d)); {args.workers} tests at a time in every method, "
-        f"on {os.cpu_count()} CPUs ({platform.machine()}, Linux {platform.release()}). "
+        f"(one of (d)); {args.workers} tests at a time in every method, on {machine()}. "
         "(a) and (b) are the `rlrun judge` command timed from start to exit, 10 tests per "
-        "submission; (c) starts `python -c` (this interpreter, the one the executor uses) or "
+        "submission; (a) marginal is the rate beyond the fixed cost of starting: the extra "
+        "tests of a full run over a run of a tenth of them, divided by the extra time (and "
+        "likewise for CPU time); (c) starts `python -c` (this interpreter, the one the "
+        "executor uses) or "
         "the C++ binary compiled once, per test; "
         "(d) starts `docker run --rm -i --network none` per test. C++ in (a)/(b): one "
         "distinct program per 500 tests, each compiled once inside the timed run. "
@@ -283,12 +407,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.getloadavg()[0]:.1f} at the end: other work shared these CPUs, so the "
         "wall-clock rates are lower bounds. CPU ms per test counts every process the method "
         "started (for (a): the command, its executors and their test processes), which other "
-        "load does not change; the last column is the CPU count divided by it, the rate (a) "
-        "reaches with the CPUs to itself. "
+        "load does not change; the last column is the CPU count divided by (a)'s marginal "
+        "CPU time per test, the rate (a) reaches with the CPUs to itself. "
         f"{counts}.",
-        "",
-        f"Command: `{command}`",
     ])
+    if baseline is not None:
+        body += "\n".join([
+            "", "",
+            f"`rlrun judge --backend process` of this tree (now) and of revision {sha} (its "
+            "`git worktree`, run as `python -m rlrun` with PYTHONPATH pointing at it) in the same "
+            "run, on the same tests, the two interleaved run by run:",
+            "",
+            baseline_table(rows, baselines, sha),
+        ])
+    body += f"\n\nCommand: `{command}`"
     if args.smoke:
         return smoke_done("sandbox_throughput")
     print(body)
