@@ -112,17 +112,17 @@ def test_init_ray_starts_a_ray_of_its_own_unless_given_an_address(monkeypatch, o
     # (running, or dead and never cleaned up) and refuses the num_cpus of a local run.
     import ray
 
-    from rlrun import training
+    from actors import placement
 
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda *args, **kwargs: calls.append((args, kwargs)))
-    monkeypatch.setattr(training, "check_address", lambda address: None)
+    monkeypatch.setattr(placement, "check_address", lambda address: None)
     if env is None:
         monkeypatch.delenv("RAY_ADDRESS", raising=False)
     else:
         monkeypatch.setenv("RAY_ADDRESS", env)
-    training.init_ray(load_config(None, [*overrides, "run.num_cpus=2", "run.namespace=ns"]))
+    placement.init_ray(load_config(None, [*overrides, "run.num_cpus=2", "run.namespace=ns"]))
     [(args, kwargs)] = calls
     assert not args and kwargs["address"] == address and kwargs["namespace"] == "ns"
     assert kwargs.get("num_cpus") == (2 if address == "local" else None)
