@@ -37,10 +37,16 @@ frames) can only make its own verdict worse unless it also knows the expected va
 The child, per test: new session and process group; stdin from a memfd holding the input;
 stdout/stderr/result pipes read by the zygote with caps; all other descriptors closed (in
 particular the zygote's request and reply pipes); a private work directory; a non-root uid;
-rlimits (CPU, AS, NPROC, FSIZE, NOFILE, CORE=0); a per-test seccomp filter on top; then
-`exec` of the compiled program (Python, in the forked interpreter: no interpreter start) or
-`execve` of the binary. The zygote kills the whole process group at the wall-clock limit and,
-when it is PID 1 of its own PID namespace, every process left in it after each test.
+rlimits (CPU, AS, NPROC, FSIZE, NOFILE); a per-test seccomp filter on top; then `exec` of the
+compiled program (Python, in the forked interpreter: no interpreter start) or `execve` of the
+binary. No supplementary groups, CORE=0 and argv it inherits from the zygote, which sets them
+once at init. The zygote kills the whole process group at the wall-clock limit and, when it is
+PID 1 of its own PID namespace, every process left in it after each test.
+
+What a test costs is mostly the fork: copying the page tables of the zygote's memory, then a
+copy-on-write fault for every page the zygote or the child writes afterwards. So the zygote is
+kept small (the process backend runs it from cached bytecode) and does little between forks,
+and a child does little before the program runs.
 """
 
 import _random
@@ -573,11 +579,12 @@ def child_exec(slot, program, argv, workdir, fds, limits, use_seccomp):
 # ---------------------------------------------------------------------------------------------
 # The zygote side of one test.
 
-def run_one(slot, start_child, stdin_data, wall_s, nonce=False):
-    """Fork one child for one test and supervise it; with `nonce`, the child gets a pipe (fd 4)
-    holding a per-run secret that the harness sends back to prove it completed."""
+def run_one(slot, start_child, stdin_data, wall_s, frames=False, nonce=False):
+    """Fork one child for one test and supervise it (`frames`: see supervise); with `nonce`, the
+    child gets a pipe (fd 4) holding a per-run secret that the harness sends back to prove it
+    completed."""
     slot.counter += 1
-    workdir = os.path.join(slot.work_root, f"t{slot.counter}")
+    workdir = f"{slot.work_root}/t{slot.counter}"
     os.mkdir(workdir, 0o700)
     if slot.uid is not None:
         os.chown(workdir, slot.uid, slot.gid)
@@ -607,7 +614,7 @@ def run_one(slot, start_child, stdin_data, wall_s, nonce=False):
         os.write(nonce_w, secret.encode())
         os.close(nonce_r)
     try:
-        result = supervise(slot, pid, (out_r, err_r, res_r), t0, wall_s)
+        result = supervise(slot, pid, (out_r, err_r, res_r), t0, wall_s, frames)
     finally:
         for fd in (out_r, err_r, res_r):
             os.close(fd)
@@ -630,17 +637,22 @@ def run_one(slot, start_child, stdin_data, wall_s, nonce=False):
     return result
 
 
-def supervise(slot, pid, fds, t0, wall_s):
+def supervise(slot, pid, fds, t0, wall_s, frames):
     """Read the child's pipes (capped) until it exits and they close, or a limit is hit; then
-    kill everything the test started and reap it."""
+    kill everything the test started and reap it.
+
+    Without `frames` (a stdio or binary test) the result pipe carries only our few-byte setup
+    frames, so it is read once everything is dead instead of waking the zygote while the test
+    runs; whatever more a program writes there can only stall the program itself."""
     out_r, err_r, res_r = fds
     bufs = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray()}
     caps = {out_r: slot.output_limit, err_r: 1 << 16, res_r: slot.output_limit}
     pidfd = os.pidfd_open(pid)
     poller = select.poll()
-    for fd in (out_r, err_r, res_r, pidfd):
+    watched = (out_r, err_r, res_r) if frames else (out_r, err_r)
+    for fd in (*watched, pidfd):
         poller.register(fd, select.POLLIN)
-    open_pipes = 3
+    open_pipes = len(watched)
     # Until the child exits, the wall-clock limit; after, a short grace for its pipes to close
     # (everything else the test started is killed at that moment).
     until = t0 + wall_s
@@ -678,6 +690,17 @@ def supervise(slot, pid, fds, t0, wall_s):
     _, status, ru = os.wait4(pid, 0)
     wall = time.monotonic() - t0
     reap_orphans()
+    if not frames:
+        # Everything the test started is dead or dying: take what the pipe holds, never wait.
+        os.set_blocking(res_r, False)
+        res = bufs[res_r]
+        try:
+            while chunk := os.read(res_r, 1 << 16):
+                res += chunk
+        except BlockingIOError:
+            pass
+        exceeded = exceeded or len(res) > caps[res_r]
+        del res[caps[res_r]:]
     result = {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss,
               "timed_out": timed_out, "output_exceeded": exceeded,
               "stdout": bufs[out_r].decode("utf-8", "surrogateescape"),
@@ -795,14 +818,15 @@ def op_run(slot, req):
             slot.codes.clear()
         code = cached_compile(slot, req["code"], "main.py")
         for test in req["tests"]:
-            harness = test.get("mode") == "harness"
+            mode = test.get("mode", "stdio")
+            harness = mode == "harness"
             if harness:
                 test = dict(test, harness_code=cached_compile(slot, test["harness"], "<harness>"))
 
             def start(workdir, fds, test=test):
                 child_python(slot, code, test, workdir, fds)
             r = run_one(slot, start, test.get("stdin", "").encode("utf-8", "surrogateescape"),
-                        float(test.get("time_limit_s", 2.0)), nonce=harness)
+                        float(test.get("time_limit_s", 2.0)), frames=mode != "stdio", nonce=harness)
             results.append(r)
             if req.get("stop_on_abnormal") and abnormal(r):
                 break

@@ -47,3 +47,12 @@ def test_a_test_that_closes_its_pipes_still_runs_to_its_end(judge) -> None:
     assert (r_exits.status, r_exits.tests[0].detail) == ("runtime_error", "exit status 3")
     assert r_sleeps.status == "time_limit", r_sleeps
     assert_still_works(judge)
+
+
+def test_a_stdio_test_that_floods_its_result_pipe_only_stalls_itself(judge) -> None:
+    # The result pipe of a stdio test is read once the test is over, so a program that fills it
+    # blocks until its own time limit, and the slot goes on.
+    code = "import os\nos.write(3, b'x' * (1 << 20))\nprint('done')\n"
+    (res,) = judge.judge([stdio_sub(code, [("", "done\n")])])
+    assert res.status == "time_limit", res
+    assert_still_works(judge)
