@@ -1,9 +1,11 @@
 """How an executor slot is launched: the command line and the slot's init request per backend.
 
 - `process` (default): as root, `unshare --net --pid --mount --fork --kill-child python3 -I -S
-  executor.py`. The executor is PID 1 of a fresh PID namespace with an unconnected network
-  namespace; it builds a minimal read-only root with a private tmpfs inside its own mount
-  namespace and runs each test as uid `uid_base + pid of the unshare process`, unique per slot.
+  -c BOOTSTRAP executor.py` (the executor from its cached bytecode, with `LD_BIND_NOW=1`; both
+  make each test's fork cheaper). The executor is PID 1 of a fresh PID namespace with an
+  unconnected network namespace; it builds a minimal read-only root with a private tmpfs
+  inside its own mount namespace and runs each test as uid `uid_base + pid of the unshare
+  process`, unique per slot.
   Without root it refuses with the reason, unless `sandbox.allow_unisolated` (rlimits and
   seccomp only, for trusted code on a laptop).
 - `bwrap`: the same executor under bubblewrap (`--unshare-net --unshare-pid`, read-only binds
@@ -36,9 +38,9 @@ BACKENDS = ("process", "bwrap", "docker")
 # The process backend's executor binds every shared-library symbol when it starts, so its
 # forked children do not each resolve (and copy the pages of) the lazily bound ones they call.
 PROCESS_ENV = dict(EXECUTOR_ENV, LD_BIND_NOW="1")
-# It also starts the executor from its cached bytecode (__pycache__, written at
-# the first import): compiling the script at each start leaves the compiler's garbage
-# scattered through the heap, and every fork of the zygote copies the page tables of it all.
+# It also runs from its cached bytecode (__pycache__, written at the first import): compiling
+# the script at each start leaves the compiler's garbage scattered through the heap, and every
+# fork of the zygote copies the page tables of all of it.
 BOOTSTRAP = ("import importlib.util, sys\n"
              "spec = importlib.util.spec_from_file_location('executor', sys.argv[1])\n"
              "executor = importlib.util.module_from_spec(spec)\n"
