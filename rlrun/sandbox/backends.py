@@ -29,12 +29,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlrun.config import SandboxConfig
+from rlrun.config import CHOICES, SandboxConfig
 
 EXECUTOR_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "executor.py")
 CONTAINER_EXECUTOR = "/opt/rlrun/executor.py"
 EXECUTOR_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-BACKENDS = ("process", "bwrap", "docker")
+BACKENDS = CHOICES["sandbox.backend"]
 # The process backend's executor binds every shared-library symbol when it starts, so its
 # forked children do not each resolve (and copy the pages of) the lazily bound ones they call.
 PROCESS_ENV = dict(EXECUTOR_ENV, LD_BIND_NOW="1")
