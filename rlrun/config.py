@@ -349,7 +349,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "learner.attention": ("sdpa", "eager", "flash_attention_2"),
     "weights.backend": ("object_store", "collective", "ipc"),
     "placement.mode": ("split", "colocated"),
-    "sandbox.backend": ("process", "docker", "bwrap"),
+    "sandbox.backend": ("process", "bwrap", "docker"),
     "reward.math_extractor": ("strict", "flexible", "boxed", "math_verify"),
     "reward.code_scoring": ("fraction", "all_or_nothing"),
     "reward.aggregation": ("sum", "normalize_then_sum"),
