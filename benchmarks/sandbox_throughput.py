@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from docs_section import SMOKE_HELP, smoke_done
+from measure import cpu_name
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -320,14 +321,7 @@ def baseline_table(rows: dict[str, dict[str, float]], baselines: dict[str, Judge
 
 def machine() -> str:
     """The CPU model, CPU count, architecture and kernel, e.g. for the table's caption."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f
-                         if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return (f"{model}, {os.cpu_count()} CPUs ({platform.machine()}, "
+    return (f"{cpu_name()}, {os.cpu_count()} CPUs ({platform.machine()}, "
             f"Linux {platform.release()})")
 
 
