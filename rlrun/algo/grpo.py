@@ -376,8 +376,9 @@ def grpo_loss(
             "pass it or set algo.entropy_coef=0"
         )
 
-    stats["loss/ratio_mean"] = _ratio_share(ratio, x, cfg)
-    stats["loss/ratio_max"] = _masked_max(ratio, mask)
+    with torch.no_grad():  # metrics: no graph on the hot path
+        stats["loss/ratio_mean"] = _ratio_share(ratio, x, cfg)
+        stats["loss/ratio_max"] = _masked_max(ratio, mask)
     stats["loss/total"] = loss.detach()
     values = torch.stack([v.to(torch.float64) for v in stats.values()]).tolist()
     return loss, dict(zip(stats, values, strict=True))
