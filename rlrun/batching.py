@@ -13,7 +13,7 @@ Notation used for tensor shapes: B groups (prompts), G completions per group.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -62,6 +62,9 @@ class TrainSample:
     # [len(response_ids)] per-token advantages with `algo.step_advantage` (the outcome
     # `advantage` plus the step parts); None: every token has `advantage`.
     token_advantages: list[float] | None = None
+    # [len(response_ids)] 1 on model tokens, 0 on environment observation tokens
+    # (`Sample.env_mask`); empty: every response token is the model's.
+    env_mask: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -189,6 +192,7 @@ def to_train_samples(
                     masked=mask_truncated and s.sample.finish_reason == "length",
                     engine=s.sample.engine if version is not None and all(
                         v == version for v in s.sample.versions()) else -1,
+                    env_mask=list(s.sample.env_mask),
                 )
             )
     if step_rule != "none":

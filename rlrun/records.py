@@ -167,6 +167,10 @@ class Sample:
     problem_id: str = ""
     group_id: int = 0
     engine: int = -1  # the rollout actor slot that produced it (-1: not a rollout actor)
+    # [L] in a multi-turn trajectory: 1 on tokens the model sampled, 0 on the observation
+    # tokens an environment put between its turns (TRL's `env_mask`); those carry a behaviour
+    # log-prob of 0 and stay out of the loss. Empty: the model sampled every token.
+    env_mask: list[int] = field(default_factory=list)
 
     def versions(self) -> list[int]:
         """The weight version of each response token, [L]."""
