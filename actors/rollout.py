@@ -179,7 +179,8 @@ class RolloutGroup:
         )
 
     def submit_extend(self, samples: list[Sample], sampling: SamplingParams) -> Any:
-        """Start continuing each paused sample (partial rollouts); redeem with `wait`."""
+        """Start continuing each sample (a paused one, a trajectory's next turn); redeem with
+        `wait`."""
 
         def extend(actor: Any, chunk: Chunk) -> Any:
             return actor.extend.remote(chunk.items, _seeded(sampling, chunk))
@@ -194,6 +195,10 @@ class RolloutGroup:
     def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
         """`sampling.n` samples per prompt, in prompt order."""
         return self.wait(self.submit(prompts, sampling))
+
+    def extend(self, samples: list[Sample], sampling: SamplingParams) -> list[Sample]:
+        """Each sample continued from its token ids (a multi-turn trajectory's next turn)."""
+        return self.wait(self.submit_extend(samples, sampling))
 
     def load_weights(self, update: WeightUpdate) -> None:
         """Load a published version into every actor (a dead one is replaced and loads it)."""

@@ -257,6 +257,17 @@ class RewardConfig:
 
 
 @dataclass
+class EnvConfig:
+    name: str | None = None  # multi-turn environment: code_repair (built in) or module:Class (docs/environments.md); null: one turn per rollout
+    max_turns: int = 3  # model turns per trajectory at most
+    max_tokens: int = 1024  # response tokens per trajectory at most, model and observation tokens together
+    feedback_chars: int = 200  # code_repair: each of a failed test's input, expected and actual output (or an error's head) cut to this many characters
+    visible_tests: int = 1  # code_repair, datasets without their own split: the first this many tests are shown in feedback, the rest are hidden and give the reward
+    turn_cost: float = 0.0  # subtracted from a trajectory's reward per model turn after the first
+    turn_rewards: bool = False  # each turn's environment reward (code_repair: share of visible tests passed) placed at the turn's last token, for algo.step_advantage
+
+
+@dataclass
 class EarlyStoppingConfig:
     metric: str | None = None  # validation metric to watch, e.g. val/pass@1 (null: off)
     mode: str = "max"  # max | min
@@ -323,6 +334,7 @@ class Config:
     placement: PlacementConfig = field(default_factory=PlacementConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
@@ -459,6 +471,7 @@ def validate(cfg: Config | DictConfig) -> None:
         _fail("rollout.partial", True,
               "a partial rollout's tokens come from several weight versions: set "
               "algo.max_staleness >= 1 (2 lets a group span a weight update and be trained)")
+    _validate_env(cfg)
     if cfg.rollout.partial_tokens < 1:
         _fail("rollout.partial_tokens", cfg.rollout.partial_tokens, "must be >= 1")
     pool = cfg.rollout.partial_pool
@@ -489,9 +502,10 @@ def validate(cfg: Config | DictConfig) -> None:
             _fail(f"reward.fns[{i}].fn", rfn.fn, "use builtin or module:function")
     if not cfg.reward.fns:
         _fail("reward.fns", [], "at least one reward function is needed")
-    if algo.step_advantage != "none" and not cfg.reward.step_rewards:
+    if algo.step_advantage != "none" and not (cfg.reward.step_rewards or cfg.env.turn_rewards):
         _fail("algo.step_advantage", algo.step_advantage,
-              "step advantages are made of the step parts: set reward.step_rewards=true")
+              "step advantages are made of the step parts: set reward.step_rewards=true (or "
+              "env.turn_rewards=true with a multi-turn environment)")
     if cfg.reward.aggregation == "normalize_then_sum" and algo.scale_rewards != "group":
         _fail(
             "algo.scale_rewards", algo.scale_rewards,
@@ -644,6 +658,30 @@ def _validate_precision(cfg: Config) -> None:
         _fail("learner.lora.target_modules", [], "LoRA needs at least one module name to adapt")
     if learner.attention == "flash_attention_2" and learner.num_gpus <= 0:
         _fail("learner.attention", learner.attention, "flash attention needs learner.num_gpus > 0")
+
+
+def _validate_env(cfg: Config | DictConfig) -> None:
+    env = cfg.env
+    if env.name is None:
+        return
+    if env.max_turns < 1:
+        _fail("env.max_turns", env.max_turns, "must be >= 1")
+    if env.max_tokens < cfg.rollout.sampling.max_new_tokens:
+        _fail("env.max_tokens", env.max_tokens,
+              f"must be >= rollout.sampling.max_new_tokens={cfg.rollout.sampling.max_new_tokens}"
+              " (the first turn alone may take that many)")
+    if env.feedback_chars < 1:
+        _fail("env.feedback_chars", env.feedback_chars, "must be >= 1")
+    if env.visible_tests < 1:
+        _fail("env.visible_tests", env.visible_tests, "must be >= 1")
+    if cfg.rollout.partial:
+        _fail("rollout.partial", True,
+              f"partial rollouts continue single completions; env.name={env.name} runs "
+              "multi-turn trajectories: turn one of them off")
+    if env.turn_rewards and cfg.algo.step_advantage == "none":
+        _fail("env.turn_rewards", True,
+              "turn rewards are placed at tokens: set algo.step_advantage to combine them "
+              "with the outcome advantage")
 
 
 def _check_keys(cls: type, value: Any, path: str) -> None:

@@ -30,7 +30,7 @@ from rlrun.engines.base import SamplingParams
 from rlrun.metrics.passk import pass_at_k
 from rlrun.metrics.progress import track
 from rlrun.records import Problem, ScoredSample
-from rlrun.scoring import GenerateFn, ScoreFn, score_groups
+from rlrun.scoring import EpisodeFn, GenerateFn, ScoreFn, score_groups
 
 BREAKDOWNS = ("kind", "source", "difficulty")
 
@@ -51,6 +51,10 @@ class ProblemResult:
     greedy_reward: float | None = None
     greedy_response: str | None = None
     pass_at: dict[int, float] = field(default_factory=dict)
+    # Multi-turn (`env.name`): for each sampled trajectory, the turn after which it was solved
+    # (0: never); for the greedy one, likewise (None: single-turn).
+    solved_at: list[int] = field(default_factory=list)
+    greedy_solved_at: int | None = None
 
     @property
     def score(self) -> float:
@@ -153,6 +157,30 @@ def aggregate(results: Sequence[ProblemResult], k_list: Sequence[int]) -> dict[s
         out["accuracy"] = out["greedy_accuracy"]
         if scored := _scored([r.greedy_reward for r in greedy]):
             out["reward_mean"] = fmean(scored)
+    return out | _by_turn(sampled, greedy, k_list)
+
+
+def _by_turn(sampled: Sequence[ProblemResult], greedy: Sequence[ProblemResult],
+             k_list: Sequence[int]) -> dict[str, float]:
+    """Multi-turn: turn<t>/accuracy, turn<t>/pass@k and turn<t>/greedy_accuracy, counting a
+    trajectory as correct after turn t when it was solved by then, for t up to the last turn
+    any trajectory was solved in (later turns change nothing)."""
+    multi = [r for r in sampled if r.solved_at] + [r for r in greedy
+                                                   if r.greedy_solved_at is not None]
+    if not multi:
+        return {}
+    last = max([x for r in sampled for x in r.solved_at] + [
+        r.greedy_solved_at or 0 for r in greedy] + [1])
+    out: dict[str, float] = {}
+    for t in range(1, last + 1):
+        if sampled:
+            counts = [(r.n, sum(0 < x <= t for x in r.solved_at)) for r in sampled]
+            out[f"turn{t}/accuracy"] = fmean(c / n for n, c in counts)
+            for k in k_list:
+                out[f"turn{t}/pass@{k}"] = fmean(pass_at_k(n, c, k) for n, c in counts)
+        if greedy:
+            out[f"turn{t}/greedy_accuracy"] = fmean(
+                0 < (r.greedy_solved_at or 0) <= t for r in greedy)
     return out
 
 
@@ -172,13 +200,15 @@ def evaluate(
     batch_size: int = 64,
     progress: str = "off",
     correct_component: str = "correctness",
+    episodes: EpisodeFn | None = None,
 ) -> EvalResult:
     """Generate `samples` sampled completions with `sampling` (and one greedy one if `greedy`)
     per problem, score them, and measure accuracy and pass@k for every k in `k_list`.
 
     `render` turns a problem into the prompt text (default: the problem's prompt string).
     A completion is correct when its `correct_component` is 1; one the component could not
-    score (a sandbox failure) is not correct.
+    score (a sandbox failure) is not correct. With `episodes` (a multi-turn environment) each
+    completion is a trajectory, and the numbers after each turn come too (turn<t>/...).
     """
     k_list = sorted(set(k_list))
     if not problems:
@@ -199,33 +229,45 @@ def evaluate(
         if greedy:
             greedy_sampling = replace(sampling, n=1, temperature=0.0, top_p=1.0, top_k=0)
             for row, (one,) in zip(rows, _attempts(batch, prompts, greedy_sampling, generate,
-                                                   score), strict=True):
+                                                   score, episodes), strict=True):
                 row.greedy_correct = _correct(one, correct_component)
                 row.greedy_reward = _float(one.reward)
                 row.greedy_response = one.sample.response_text
+                if one.sample.turns:
+                    row.greedy_solved_at = _solved_at(one, correct_component)
         if samples:
             for row, scored in zip(rows, _attempts(batch, prompts, replace(sampling, n=samples),
-                                                   generate, score), strict=True):
+                                                   generate, score, episodes), strict=True):
                 row.n = samples
                 row.correct = sum(_correct(s, correct_component) for s in scored)
                 row.rewards = [_float(s.reward) for s in scored]
                 row.responses = [s.sample.response_text for s in scored]
                 row.pass_at = {k: pass_at_k(row.n, row.correct, k) for k in k_list}
+                if scored and scored[0].sample.turns:
+                    row.solved_at = [_solved_at(s, correct_component) for s in scored]
         results.extend(rows)
     return EvalResult(results, k_list if samples else [], samples, greedy, sampling.seed or 0)
 
 
 def _attempts(problems: list[Problem], prompts: list[str], sampling: SamplingParams,
-              generate: GenerateFn, score: ScoreFn) -> list[list[ScoredSample]]:
-    """`sampling.n` completions per problem, scored."""
+              generate: GenerateFn, score: ScoreFn,
+              episodes: EpisodeFn | None) -> list[list[ScoredSample]]:
+    """`sampling.n` completions (or trajectories) per problem, scored."""
     done = generate(prompts, sampling)
     if len(done) != len(problems) or any(len(row) != sampling.n for row in done):
         raise ValueError(
             f"generate returned {[len(row) for row in done]} completions per problem for "
             f"{len(problems)} problems; expected {sampling.n} each"
         )
+    if episodes is not None:
+        done = episodes(problems, done, sampling)
     return score_groups(score, problems, [[replace(s, problem_id=p.id) for s in row]
                                           for p, row in zip(problems, done, strict=True)])
+
+
+def _solved_at(scored: ScoredSample, component: str) -> int:
+    """The turn after which a trajectory was solved: its last, if correct; else 0."""
+    return len(scored.sample.turns) if _correct(scored, component) else 0
 
 
 def _correct(scored: ScoredSample, component: str) -> bool:

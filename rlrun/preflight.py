@@ -2,7 +2,8 @@
 what to change.
 
 In the order the driver runs them: the output directory (fresh, or `run.resume`; writable),
-the SFT data mix, the reward against the data's own references (`reward.audit_before_training`),
+the SFT data mix, the multi-turn environment of every problem (`env.name`), the reward
+against the data's own references (`reward.audit_before_training`),
 and, once Ray is up, whether the actor groups fit the cluster (`check_demands`) and each role's
 memory fits its GPU (`check_memory`, `rlrun plan`'s check). Ray itself stays in `actors/`:
 these functions take what the cluster reported.
@@ -17,6 +18,7 @@ from pathlib import Path
 from rlrun.checkpoint import has_checkpoints, is_uri
 from rlrun.cluster import Demand, check_fits, check_job_output_dir, demands
 from rlrun.config import Config, ConfigError
+from rlrun.environments import EnvError, Environment
 from rlrun.records import Problem
 from rlrun.rewards.reward import Reward
 
@@ -98,3 +100,16 @@ def check_memory(cfg: Config, resources: Iterable[str]) -> None:
     problems = plan.check_fits(cfg, gpu)
     if problems:
         raise ConfigError(f"{problems[0]} (rlrun plan shows every role)")
+
+
+def check_environment(cfg: Config, env_cls: type[Environment], problems: list[Problem]) -> None:
+    """Make the environment of every problem once, so one it cannot be made for (a code-repair
+    problem with too few tests to split, a plug-in that rejects it) fails before Ray starts."""
+    for problem in problems:
+        try:
+            env_cls(problem, cfg)
+        except EnvError:
+            raise
+        except Exception as err:
+            raise EnvError(f"env.name={cfg.env.name}: making the environment of problem "
+                           f"{problem.id} raised {type(err).__name__}: {err}") from err

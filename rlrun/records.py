@@ -145,6 +145,19 @@ class JudgeResult:
 
 
 @dataclass
+class Turn:
+    """One model turn of a multi-turn trajectory and the environment's answer to it."""
+
+    response: str  # the turn's decoded text, as `Sample.response_text` is for one turn
+    end: int  # index in `Sample.response_ids` just past the turn's last model token
+    observation: str = ""  # what the environment answered ("" after the last turn)
+    done: bool = False  # the environment ended the episode after this turn
+    judged: bool = True  # False: the environment could not judge it (a sandbox failure)
+    reward: float | None = None  # the environment's reward for the turn (`env.turn_rewards`)
+    info: dict[str, float] = field(default_factory=dict)  # the environment's own numbers
+
+
+@dataclass
 class Sample:
     """One completion, from the rollout engine that produced it to the learner that trains on it.
 
@@ -171,6 +184,8 @@ class Sample:
     # tokens an environment put between its turns (TRL's `env_mask`); those carry a behaviour
     # log-prob of 0 and stay out of the loss. Empty: the model sampled every token.
     env_mask: list[int] = field(default_factory=list)
+    # Multi-turn: every turn, in order; `response_text` is the last turn's text. Empty: one turn.
+    turns: list[Turn] = field(default_factory=list)
 
     def versions(self) -> list[int]:
         """The weight version of each response token, [L]."""

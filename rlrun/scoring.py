@@ -2,7 +2,8 @@
 reward, and how a batch of groups is scored.
 
 `GenerateFn` is what the rollout actors (`RolloutGroup.generate`) and a local engine offer;
-`ScoreFn` is what a `Reward` offers (`Reward.score`). `score_groups` flattens the groups into
+`ScoreFn` is what a `Reward` offers (`Reward.score`); `EpisodeFn` runs a multi-turn
+environment's later turns (`rlrun.multiturn.Episodes`). `score_groups` flattens the groups into
 one call, so the judge sees the whole batch at once, and regroups the result.
 """
 
@@ -17,6 +18,9 @@ from rlrun.records import Problem, Sample, ScoredSample
 GenerateFn = Callable[[list[str], SamplingParams], list[list[Sample]]]
 # score(problems, samples) -> one scored sample per sample; problems[i] belongs to samples[i]
 ScoreFn = Callable[[list[Problem], list[Sample]], list[ScoredSample]]
+# episodes(problems, first turns, sampling) -> the multi-turn trajectories that grow from them,
+# in the same nesting (`rlrun.multiturn.Episodes`)
+EpisodeFn = Callable[[list[Problem], list[list[Sample]], SamplingParams], list[list[Sample]]]
 
 
 def score_groups(score: ScoreFn, problems: list[Problem],

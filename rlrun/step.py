@@ -30,9 +30,10 @@ from rlrun import batching
 from rlrun.config import Config
 from rlrun.data_order import DataOrder
 from rlrun.engines.base import SamplingParams
+from rlrun.multiturn import episode_metrics
 from rlrun.records import VERDICT_STATUSES, Problem, Sample
 from rlrun.rewards.reward import component_weights
-from rlrun.scoring import GenerateFn, ScoreFn, score_groups
+from rlrun.scoring import EpisodeFn, GenerateFn, ScoreFn, score_groups
 
 
 @dataclass
@@ -68,6 +69,11 @@ def normalize_weights(cfg: Config) -> dict[str, float] | None:
     return component_weights(cfg) if cfg.reward.aggregation == "normalize_then_sum" else None
 
 
+def response_limit(cfg: Config) -> int:
+    """The most response tokens a sample can have: a turn's, or a trajectory's (`env.name`)."""
+    return cfg.env.max_tokens if cfg.env.name else cfg.rollout.sampling.max_new_tokens
+
+
 def collect(
     problems: list[Problem],
     prompts: list[str],
@@ -76,10 +82,12 @@ def collect(
     score: ScoreFn,
     cfg: Config,
     judges_code: bool = False,
+    episodes: EpisodeFn | None = None,
 ) -> Rollout:
     """Steps 1-3: draw, generate and score until the batch holds `algo.prompts_per_step`
     groups (or the top-up rounds run out). `prompts[i]` is the rendered prompt of
-    `problems[i]`; `judges_code` adds the sandbox verdict counts to the metrics."""
+    `problems[i]`; `judges_code` adds the sandbox verdict counts to the metrics; `episodes`
+    (multi-turn, `rlrun.multiturn`) runs the turns after the first."""
     algo, weights = cfg.algo, normalize_weights(cfg)
     groups: list[batching.Group] = []
     stats = RolloutStats()
@@ -93,6 +101,8 @@ def collect(
             cfg.rollout.sampling, n=algo.group_size, seed=sampling_seed(cfg.run.seed, start)
         )
         generated = generate([prompts[i] for i in indices], sampling)
+        if episodes is not None:
+            generated = episodes([problems[i] for i in indices], generated, sampling)
         stats.t_generate += time.perf_counter() - t0
         stats.tokens += sum(len(s.response_ids) for samples in generated for s in samples)
         # 3. score
@@ -174,7 +184,7 @@ def make_batch(rollout: Rollout, version: int, step: int, cfg: Config) -> Batch:
         return Batch(groups, samples, [[] for _ in range(world)], dropped)
     shards = batching.make_shards(
         samples, step=step, world_size=world, epochs=algo.epochs, mini_batches=algo.mini_batches,
-        max_len=cfg.rollout.sampling.max_new_tokens, seed=cfg.run.seed,
+        max_len=response_limit(cfg), seed=cfg.run.seed,
     )
     return Batch(groups, samples, shards, dropped)
 
@@ -197,6 +207,7 @@ def step_metrics(
     lags = batching.token_lag_metrics(batch.groups, version, token_lags) if token_lags else {}
     return (
         batching.batch_metrics(batch.groups, version)
+        | episode_metrics([s for g in batch.groups for s in g.scored])
         | lags
         | rollout.metrics
         | learner
@@ -212,7 +223,9 @@ def step_metrics(
 
 def sample_rows(batch: Batch, prompts: list[str]) -> list[dict[str, Any]]:
     """One samples.jsonl row per completion trained on, with the advantage it was trained with
-    (an unscored sample's reward is None and its advantage 0); with `reward.step_rewards`,
+    (an unscored sample's reward is None and its advantage 0); a multi-turn trajectory's
+    `response` is its last turn, and `turns` gives every turn's response, the observation that
+    answered it, its reward and the environment's numbers; with `reward.step_rewards`,
     `steps` gives each step's text, verdict and character span in the response."""
     scored = [(g, s) for g in batch.groups for s in g.scored]  # batch.samples' order
     rows = []
@@ -225,6 +238,10 @@ def sample_rows(batch: Batch, prompts: list[str]) -> list[dict[str, Any]]:
             "advantage": t.advantage,
             "components": dict(s.components),
         }
+        if s.sample.turns:
+            row["turns"] = [{"turn": k + 1, "response": t.response, "observation": t.observation,
+                             "reward": t.reward, "judged": t.judged} | t.info
+                            for k, t in enumerate(s.sample.turns)]
         if s.steps:
             text = s.sample.response_text
             row["steps"] = [{"text": text[c.start : c.end], "verdict": c.verdict,

@@ -91,10 +91,12 @@ class GRPORecipe:
         from rlrun.data import load_from_config
         from rlrun.data.prompts import render_prompt
         from rlrun.data_order import DataOrder
+        from rlrun.environments import load_environment
         from rlrun.metrics import MetricsLogger
         from rlrun.metrics.early_stopping import BestModel
         from rlrun.metrics.health import HealthMonitor
         from rlrun.models import load_tokenizer, model_cache_dir, resolve_model_path, share_model
+        from rlrun.multiturn import Episodes, ObservationTokens
         from rlrun.partial import PartialRollouts
         from rlrun.rewards import build_reward
         from rlrun.sft import warm_start
@@ -104,9 +106,14 @@ class GRPORecipe:
         # their signatures checked first: one that cannot load fails before a model is read.
         preflight.check_output_dir(cfg)
         self.reward = build_reward(cfg, None)
+        env_cls = load_environment(cfg.env.name) if cfg.env.name else None
         self.train_set, self.val_set = load_from_config(cfg)
         preflight.check_sft_mix(cfg, self.train_set)
+        if env_cls is not None:
+            preflight.check_environment(cfg, env_cls, self.train_set + self.val_set)
         model_path = resolve_model_path(cfg.model, model_cache_dir(), cfg.run.seed)
+        observations = ObservationTokens(load_tokenizer(model_path), cfg.model.chat_template
+                                         ) if env_cls is not None else None
         if is_uri(cfg.run.output_dir) and os.path.isdir(model_path):
             # Actors on other nodes, which share no file system with this one, fetch it there.
             model_path = share_model(model_path, join(cfg.run.output_dir, "base", "model"))
@@ -150,8 +157,14 @@ class GRPORecipe:
         if cfg.reward.step_rewards:
             decoder = tokenizer or load_tokenizer(model_path)
             decode = lambda ids: decoder.decode(ids, skip_special_tokens=True)  # noqa: E731
-        self.score = self.reward.using(judge=self.sandbox.judge if self.sandbox else None,
-                                       decode=decode).score
+        judge = self.sandbox.judge if self.sandbox else None
+        self.score = self.reward.using(judge=judge, decode=decode).score
+        # Multi-turn: the turns after the first run on the rollout actors and the sandbox, and
+        # the reward scores each trajectory's last turn as its environment says.
+        self.episodes = None
+        if env_cls is not None and observations is not None:
+            self.episodes = Episodes(env_cls, cfg, observations, self.rollouts.extend, judge)
+            self.score = self.episodes.score(self.score)
         self.order = DataOrder(len(self.train_set), cfg.run.seed,
                                position=self.state.data_position)
         self.partial = PartialRollouts(self.train_set, self.prompts, self.order, cfg,
@@ -303,7 +316,8 @@ class GRPORecipe:
             return self.partial.collect(self.advance, self.score, version,
                                         judges_code=self.judges_code)
         return step.collect(self.train_set, self.prompts, self.order, self.rollouts.generate,
-                            self.score, self.cfg, judges_code=self.judges_code)
+                            self.score, self.cfg, judges_code=self.judges_code,
+                            episodes=self.episodes)
 
     def advance(self, new: list[str], sampling: SamplingParams, paused: list[Sample],
                 continuing: SamplingParams) -> tuple[list[list[Sample]], list[Sample]]:
@@ -337,6 +351,7 @@ class GRPORecipe:
             k_list=cfg.trainer.eval_k, samples=cfg.trainer.eval_samples, greedy=True,
             render=self.render,
             batch_size=max(1, cfg.rollout.batch_size // cfg.trainer.eval_samples),
+            episodes=self.episodes,
         ).metrics("val")
         if log:
             self.logger.log(self.state.step, metrics)

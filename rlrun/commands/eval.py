@@ -151,7 +151,10 @@ def main(args: argparse.Namespace) -> int:
     from rlrun import evaluation as ev
     from rlrun.data.prompts import render_prompt
     from rlrun.engines import SamplingParams
+    from rlrun.environments import load_environment
     from rlrun.models import load_tokenizer
+    from rlrun.multiturn import Episodes, ObservationTokens
+    from rlrun.preflight import check_environment
     from rlrun.rewards import build_reward
 
     cfg = load_config(args.config, args.overrides)
@@ -161,6 +164,10 @@ def main(args: argparse.Namespace) -> int:
     model_path = resolve_checkpoint(args.model, cfg)
     tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
     reward = build_reward(cfg, None)  # a plug-in that cannot load fails before Ray starts
+    env_cls = load_environment(cfg.env.name) if cfg.env.name else None
+    if env_cls is not None:
+        check_environment(cfg, env_cls, problems)
+        observations = ObservationTokens(load_tokenizer(model_path), cfg.model.chat_template)
 
     init_ray(cfg)
     code = any(p.kind == "code" for p in problems)
@@ -168,11 +175,18 @@ def main(args: argparse.Namespace) -> int:
     groups = place(cfg, ["rollout"] + (["sandbox"] if code else []), prefix)
     pool = RolloutGroup(cfg, model_path, groups["rollout"], prefix)
     sandbox = SandboxPool(cfg.sandbox, prefix, groups.get("sandbox")) if code else None
+    judge = sandbox.judge if sandbox else None
+    score = reward.using(judge=judge).score
+    # With env.name, every attempt is a multi-turn episode, reported after each turn too.
+    episodes = None
+    if env_cls is not None:
+        episodes = Episodes(env_cls, cfg, observations, pool.extend, judge)
+        score = episodes.score(score)
     try:
         result = ev.evaluate(
             problems,
             pool.generate,
-            reward.using(judge=sandbox.judge if sandbox else None).score,
+            score,
             SamplingParams.from_config(cfg.rollout.sampling, seed=cfg.run.seed),
             k_list=k_list,
             samples=samples,
@@ -181,6 +195,7 @@ def main(args: argparse.Namespace) -> int:
             batch_size=max(1, cfg.rollout.batch_size * cfg.rollout.num_actors),
             progress=cfg.metrics.progress,
             correct_component=_correctness_name(cfg),
+            episodes=episodes,
         )
     finally:
         reward.close()

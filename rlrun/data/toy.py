@@ -1,6 +1,6 @@
-"""Seeded toy tasks for the CPU demo and the tests: tiny arithmetic, multi-step arithmetic
-chains and tiny stdin/stdout programs, short and regular enough that a 2-layer byte-level model
-learns them in minutes.
+"""Seeded toy tasks for the CPU demos and the tests: tiny arithmetic, multi-step arithmetic
+chains, tiny stdin/stdout programs and repair tasks only feedback can settle, short and regular
+enough that a 2-layer byte-level model learns them in minutes.
 
 Generation is deterministic in (n, seed), and the first k problems are the same for every
 n >= k, so ids such as `toy-arith-17` name the same problem across runs.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from rlrun.data.errors import DataError
 from rlrun.records import Problem, StdioTest, Tests
 
-TOY_KINDS = ("arithmetic", "steps", "code", "mixed")
+TOY_KINDS = ("arithmetic", "steps", "code", "repair", "mixed")
 
 
 _NAMES = (
@@ -171,6 +171,42 @@ def code_problems(n: int, seed: int) -> list[Problem]:
     return problems
 
 
+# (name, expected output from the line, reference program): the repair tasks' hidden changes
+_REPAIR_CHANGES: list[tuple[str, Callable[[str], str], str]] = [
+    ("upper", str.upper, "print(input().upper())"),
+    ("reverse", lambda s: s[::-1], "print(input()[::-1])"),
+    ("double", lambda s: s + s, "s = input(); print(s + s)"),
+]
+
+
+def repair_problems(n: int, seed: int) -> list[Problem]:
+    """`n` tasks whose statement does not say what to do: "Read a line and print it changed
+    the way the tests show." Each hides one of three changes (upper case, reversed, written
+    twice) behind four tests. A first attempt can only guess (one in three); the failed test a
+    code-repair environment shows (`env.name: code_repair`, one visible test) says which change
+    it is, so a model that reads the feedback can always fix its program on the second turn.
+    """
+    rng = random.Random(f"toy-repair:{seed}")
+    problems = []
+    for i in range(n):
+        name, change, reference = rng.choice(_REPAIR_CHANGES)
+        words = [_word(rng) for _ in range(4)]
+        problems.append(
+            Problem(
+                id=f"toy-repair-{i}",
+                prompt=f"{rng.choice(_NAMES)} asks: Read a line and print it changed the way "
+                "the tests show.",
+                kind="code",
+                tests=Tests(stdio=[StdioTest(f"{w}\n", change(w)) for w in words]),
+                language="python",
+                time_limit_s=2.0,
+                reference=reference,
+                meta={"source": "toy:repair", "template": name},
+            )
+        )
+    return problems
+
+
 def toy_problems(kind: str, n: int, seed: int) -> list[Problem]:
     """`toy:<kind>` datasets; `mixed` alternates arithmetic and code problems."""
     if kind == "arithmetic":
@@ -179,6 +215,8 @@ def toy_problems(kind: str, n: int, seed: int) -> list[Problem]:
         return step_problems(n, seed)
     if kind == "code":
         return code_problems(n, seed)
+    if kind == "repair":
+        return repair_problems(n, seed)
     if kind == "mixed":
         maths, codes = arithmetic_problems((n + 1) // 2, seed), code_problems(n // 2, seed)
         mixed = [p for pair in zip(maths, codes, strict=False) for p in pair]

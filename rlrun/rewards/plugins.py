@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
-import importlib.util
 import inspect
 import math
-import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from rlrun.imports import import_object
 from rlrun.records import Problem, Sample
 from rlrun.rewards.errors import RewardError
 
@@ -31,41 +28,12 @@ RewardFn = Callable[..., Any]
 
 def load_plugin(spec: str, where: str = "reward.fns") -> RewardFn:
     """Import the function named by `spec` and check it has the TRL reward signature."""
-    module_name, sep, attr = spec.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise RewardError(f"{where}: {spec!r} is not module:function (example: my_rewards:brevity)")
-    try:
-        if module_name.endswith(".py"):
-            module = _import_file(module_name)
-        else:
-            module = importlib.import_module(module_name)
-    except Exception as err:
-        raise RewardError(
-            f"{where}: cannot import {module_name!r} for reward function {spec!r} "
-            f"({type(err).__name__}: {err}); install it or put its directory on PYTHONPATH"
-        ) from err
-    fn: Any = module
-    for part in attr.split("."):
-        if not hasattr(fn, part):
-            raise RewardError(f"{where}: module {module_name!r} has no attribute {attr!r}")
-        fn = getattr(fn, part)
+    fn = import_object(spec, where, "reward function",
+                       "module:function (example: my_rewards:brevity)", RewardError)
     if not callable(fn):
         raise RewardError(f"{where}: {spec!r} is a {type(fn).__name__}, not a function")
     _check_signature(fn, spec, where)
     return fn
-
-
-def _import_file(path: str) -> Any:
-    file = Path(path)
-    if not file.is_file():
-        raise FileNotFoundError(f"no such file {path}")
-    name = f"rlrun_reward_plugin_{file.stem}"
-    module_spec = importlib.util.spec_from_file_location(name, file)
-    assert module_spec is not None and module_spec.loader is not None
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
-    return module
 
 
 def _check_signature(fn: RewardFn, spec: str, where: str) -> None:

@@ -113,13 +113,15 @@ def code_contests(row: dict[str, Any], index: int) -> Problem:
     _, statement = first_text(row, ("description", "problem"))
     if row.get("public_tests") is None and row.get("private_tests") is None:
         raise RowError("public_tests", "is missing (and so is 'private_tests')")
-    stdio = _cc_tests(row, "public_tests") + _cc_tests(row, "private_tests")
+    public = _cc_tests(row, "public_tests")
+    stdio = public + _cc_tests(row, "private_tests")
     reference = None
     solutions = row.get("solutions")
     if isinstance(solutions, dict):
         pairs = zip(solutions.get("language") or [], solutions.get("solution") or [], strict=False)
         reference = next((code for lang, code in pairs if lang == _CC_PYTHON3), None)
-    meta: dict[str, Any] = {"source": "code_contests", "row": index}
+    # The public tests come first: a multi-turn environment shows only those (`env.name`).
+    meta: dict[str, Any] = {"source": "code_contests", "row": index, "visible_tests": len(public)}
     for key in ("difficulty", "cf_rating", "source"):
         if row.get(key) is not None:
             meta[key if key != "source" else "origin"] = row[key]
