@@ -66,6 +66,20 @@ class TrainSample:
     # (`Sample.env_mask`); empty: every response token is the model's.
     env_mask: list[int] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if self.env_mask and len(self.env_mask) != len(self.response_ids):
+            raise ValueError(
+                f"env_mask has {len(self.env_mask)} entries for {len(self.response_ids)} response "
+                "tokens: it needs one per token (1: the model's, 0: an observation), or none"
+            )
+
+    def loss_mask(self) -> list[float]:
+        """[len(response_ids)]: 1.0 on the tokens the loss counts, 0.0 on the others (every
+        token of a `masked` sample, and the environment's observation tokens)."""
+        if self.masked or not self.env_mask:
+            return [0.0 if self.masked else 1.0] * len(self.response_ids)
+        return [1.0 if m else 0.0 for m in self.env_mask]
+
 
 @dataclass
 class Update:
@@ -233,12 +247,16 @@ def make_shards(
     """Cut `samples` into `epochs * mini_batches` updates, each into `world_size` rank shares.
 
     The plan comes from `rlrun.algo.plan_minibatches`, whose shuffle depends only on
-    (seed, step, epoch), so the global updates are the same for every `world_size`.
+    (seed, step, epoch), so the global updates are the same for every `world_size`. The token
+    count of each update's `LossNorm` is of the tokens `TrainSample.loss_mask` counts.
     `len(samples)` must divide by `mini_batches * world_size` (see `trim_groups`).
     """
     lengths = torch.tensor([len(s.response_ids) for s in samples])  # [N]
     mask = torch.arange(int(lengths.max()) if len(samples) else 0) < lengths[:, None]  # [N, L]
     mask &= ~torch.tensor([s.masked for s in samples], dtype=torch.bool)[:, None]
+    for i, s in enumerate(samples):
+        if s.env_mask:  # observation tokens are not the model's: out of the token count
+            mask[i, : len(s.env_mask)] &= torch.tensor(s.env_mask, dtype=torch.bool)
     shards: list[Shard] = [[] for _ in range(world_size)]
     for epoch in range(epochs):
         plan = plan_minibatches(

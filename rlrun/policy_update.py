@@ -50,7 +50,9 @@ class TensorBatch:
     rows: Tensor  # [N], the row holding sample i
     response_index: Tensor  # [N, L], position in its row whose logits predict response token j
     response_ids: Tensor  # [N, L], the sampled tokens, pad past each response
-    mask: Tensor  # [N, L], 1 on real response tokens
+    # [N, L], 1 on the response tokens the loss counts (`TrainSample.loss_mask`): not padding,
+    # not a `masked` sample's, not an environment observation (`TrainSample.env_mask`)
+    mask: Tensor
     behaviour_logprobs: Tensor  # [N, L]
     advantages: Tensor  # [N]
     # [N, L] with step advantages (a sample without its own has its advantage on every token);
@@ -76,7 +78,7 @@ def collate(
     for s in samples:
         r = len(s.response_ids)
         response_ids.append(list(s.response_ids) + [pad_id] * (resp_len - r))
-        mask.append([0.0 if s.masked else 1.0] * r + [0.0] * (resp_len - r))
+        mask.append(s.loss_mask() + [0.0] * (resp_len - r))
         behaviour.append(list(s.behaviour_logprobs[:r]) + [0.0] * (resp_len - r))
     if share_prompts:
         input_ids, attention, positions, rows, index = _shared_prompt_rows(
@@ -533,13 +535,23 @@ def _entropy_threshold(
         with _autocast(model, dtype):
             entropy = response_logprobs(model, batch, _temperature(cfg), with_entropy=True)[1]
         _keep_rows(rows, samples, entropy)
-    # A sample kept out of the loss (`algo.mask_truncated`) has no tokens in the quantile either.
-    counted = [rows[id(s)] for samples in micro_batches for s in samples if not s.masked]
+    # A sample kept out of the loss (`algo.mask_truncated`) has no tokens in the quantile either,
+    # nor has an environment's observation.
+    counted = [_model_tokens(rows[id(s)], s) for samples in micro_batches for s in samples
+               if not s.masked]
     local = torch.cat(counted) if counted else torch.zeros(0, device=device)  # [K]
     everything = gather_entropies(local, world_size)  # [K over all ranks]
     threshold = entropy_threshold(everything, cfg.algo.entropy_mask_quantile)
     kept = float((everything >= threshold).sum().item())
     return rows, threshold, replace(norm, entropy_mask_tokens=kept)
+
+
+def _model_tokens(row: Tensor, sample: TrainSample) -> Tensor:
+    """`row` [L], one value per response token of `sample`, cut to the tokens the model
+    sampled (`TrainSample.env_mask`; all of them without one)."""
+    if not sample.env_mask:
+        return row
+    return row[torch.tensor(sample.env_mask, dtype=torch.bool, device=row.device)]
 
 
 def _keep_rows(rows: dict[int, Tensor], samples: list[TrainSample], logp: Tensor) -> None:
@@ -659,14 +671,18 @@ def logprob_gaps(shard: Shard, old: dict[int, Tensor]) -> dict[str, float]:
     """The weight-sync check: per rollout engine, the largest mean absolute difference between
     the log-probs the engine reported for a sample's tokens and the learner's log-probs of the
     same tokens (`old`, the learner's current weights), over the samples the engine made with
-    those very weights (`TrainSample.engine`). On-policy this is round-off; an engine that
+    those very weights (`TrainSample.engine`), on the tokens the model sampled (an environment's
+    observation tokens have no engine log-prob). On-policy this is round-off; an engine that
     did not receive the last weights shows the distance between two policies."""
     gaps: dict[str, float] = {}
     for update in shard:
         for s in update.samples:
             if s.engine < 0 or not s.response_ids:
                 continue
-            gap = float((old[id(s)].cpu() - torch.tensor(s.behaviour_logprobs)).abs().mean())
+            diff = _model_tokens(old[id(s)].cpu() - torch.tensor(s.behaviour_logprobs), s)  # [K]
+            if not diff.numel():
+                continue
+            gap = float(diff.abs().mean())
             key = f"sync/logprob_gap_max/{s.engine}"
             gaps[key] = max(gaps.get(key, 0.0), gap)
     if gaps:

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from rlrun import batching
-from rlrun.algo import merge_metrics
+from rlrun.algo import LossNorm, merge_metrics
 from rlrun.config import ModelConfig, load_config
 from rlrun.engines import SamplingParams
 from rlrun.engines.hf import HFEngine
 from rlrun.metrics.health import EngineWeightsMismatch, HealthMonitor
 from rlrun.models import load_causal_lm, load_tokenizer, resolve_model_path
-from rlrun.policy_update import train_on_shard, warmup_schedule
+from rlrun.policy_update import logprob_gaps, train_on_shard, warmup_schedule
 from rlrun.records import Sample, ScoredSample
 
 PROMPTS = ["1+1=", "2+3=", "abc", "print("]
@@ -96,3 +96,21 @@ def test_vllm_with_top_k_or_top_p_is_not_checked():
     assert HealthMonitor.from_config(filtered).check(1, metrics) == []
     with pytest.raises(EngineWeightsMismatch):
         HealthMonitor.from_config(load_config()).check(1, metrics)
+
+
+def gaps_of(*samples_and_rows: tuple[batching.TrainSample, list[float]]) -> dict[str, float]:
+    """`logprob_gaps` of one update holding the samples, with these learner log-prob rows."""
+    samples = [s for s, _ in samples_and_rows]
+    old = {id(s): torch.tensor(row) for s, row in samples_and_rows}
+    return logprob_gaps([batching.Update(samples, LossNorm.from_mask(torch.ones(1, 1), 8))], old)
+
+
+def test_the_gap_is_over_the_tokens_the_model_sampled():
+    """An environment's observation tokens have behaviour log-prob 0, and the learner's row is
+    0 there (they are out of the mask): counting them would dilute a stale engine's gap."""
+    trajectory = batching.TrainSample([1], [5, 6, 7, 8], [-1.5, 0.0, 0.0, -2.0], 1.0, engine=2,
+                                      env_mask=[1, 0, 0, 1])
+    observations_only = batching.TrainSample([1], [5, 6], [0.0, 0.0], 1.0, engine=2,
+                                             env_mask=[0, 0])
+    gaps = gaps_of((trajectory, [-1.0, 0.0, 0.0, -1.0]), (observations_only, [0.0, 0.0]))
+    assert gaps == {"sync/logprob_gap_max/2": 0.75, "sync/logprob_gap_max": 0.75}

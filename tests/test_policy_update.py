@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import pytest
@@ -269,3 +270,131 @@ def test_token_advantages_equal_to_the_advantage_train_exactly_as_without(tiny_p
         states.append(model.state_dict())
     for k, v in states[0].items():
         torch.testing.assert_close(states[1][k], v, rtol=0, atol=1e-7)
+
+
+def trajectories() -> tuple[list[batching.TrainSample], list[batching.TrainSample]]:
+    """Four two-turn trajectories (a model turn, an observation, a model turn; two per
+    prompt), and the same as eight single-turn samples: each turn answering everything before
+    it. Observation tokens have behaviour log-prob 0 and absurd step advantages."""
+    gen = torch.Generator().manual_seed(1)
+    whole, turns = [], []
+    for i in range(4):
+        prompt = [40 + i // 2, 41, 42]
+        first, observation, second = ([int(t) for t in torch.randint(3, 250, (n,), generator=gen)]
+                                      for n in (3 + i % 2, 2 + i % 3, 2 + i // 2))
+        advantage = [1.0, -0.5, 0.75, -1.25][i]
+        behaviour = [(-5.5 + 0.5 * torch.randn(len(t), generator=gen)).tolist()
+                     for t in (first, second)]
+        steps = [(advantage + 0.3 * torch.randn(len(t), generator=gen)).tolist()
+                 for t in (first, second)]
+        whole.append(batching.TrainSample(
+            prompt, first + observation + second,
+            behaviour[0] + [0.0] * len(observation) + behaviour[1], advantage,
+            token_advantages=steps[0] + [50.0] * len(observation) + steps[1],
+            env_mask=[1] * len(first) + [0] * len(observation) + [1] * len(second)))
+        turns += [batching.TrainSample(prompt, first, behaviour[0], advantage,
+                                       token_advantages=steps[0]),
+                  batching.TrainSample(prompt + first + observation, second, behaviour[1],
+                                       advantage, token_advantages=steps[1])]
+    return whole, turns
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_a_trajectory_trains_as_its_turns_would(tiny_path, share):
+    """Under token_mean with per-token ratios each model token's loss depends only on its own
+    log-probs and the global count of model tokens, so a trajectory with its observations
+    masked is the same objective as its turns trained as separate samples, each with the
+    context before it as its prompt: the same update and the same loss metrics. Observation
+    tokens leaking into the loss, the token count or the entropy quantile would break it."""
+    cfg = load_config(None, [
+        "algo.loss_agg=token_mean", "algo.epochs=2", "algo.kl_coef=0.1", "algo.entropy_coef=0.01",
+        "algo.entropy_mask_quantile=0.5", "algo.is_correction=token", "learner.grad_clip=0",
+        "learner.micro_batch_size=3", f"learner.shared_prompt_forward={str(share).lower()}",
+    ])
+    pad = load_tokenizer(tiny_path).pad_token_id
+    start = load_causal_lm(tiny_path).state_dict()
+    states, metrics = [], []
+    for samples in trajectories():
+        work = batching.make_shards(samples, step=0, world_size=1, epochs=2, mini_batches=1,
+                                    max_len=16, seed=0)[0]
+        model = load_causal_lm(tiny_path)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        metrics.append(train_on_shard(model, opt, warmup_schedule(opt, 0), work, cfg, pad,
+                                      ref_model=load_causal_lm(tiny_path)))
+        states.append(model.state_dict())
+    assert metrics[0]["loss/clip_frac"] > 0  # the second epoch's ratios move off 1
+    for key, value in metrics[1].items():
+        if key.startswith("loss/"):
+            assert metrics[0][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    moved = max((v - start[k]).abs().max().item() for k, v in states[1].items())
+    assert moved > 1e-3
+    for key, value in states[1].items():
+        torch.testing.assert_close(states[0][key], value, rtol=1e-4, atol=1e-6, msg=key)
+
+
+LOSS_MODES = {
+    "gspo_sequence_is_off_policy": [
+        "algo.ratio_level=sequence", "algo.loss_agg=seq_mean_token_mean",
+        "algo.is_correction=sequence", "algo.off_policy_mask_threshold=0.01", "algo.kl_coef=0.1",
+        "algo.entropy_coef=0.01"],
+    "vespo_entropy_mask_dr_grpo": [
+        "algo.policy_loss=vespo", "algo.entropy_mask_quantile=0.5", "algo.entropy_coef=0.01",
+        "algo.loss_agg=seq_mean_token_sum_norm"],
+    "cispo_token_is_luspo": [
+        "algo.policy_loss=cispo", "algo.is_correction=token", "algo.kl_coef=0.1",
+        "algo.loss_agg=seq_mean_token_sum"],
+}
+
+
+@pytest.mark.parametrize("share", [True, False])
+@pytest.mark.parametrize("mode", list(LOSS_MODES))
+def test_observation_tokens_get_no_gradient(tiny_path, mode, share):
+    """The logits that predict an observation token get exactly zero gradient, whatever the
+    loss; those of the model's tokens do get one (the ones the entropy mask keeps)."""
+    cfg = load_config(None, [*LOSS_MODES[mode], "learner.micro_batch_size=8",
+                             f"learner.shared_prompt_forward={str(share).lower()}"])
+    pad = load_tokenizer(tiny_path).pad_token_id
+    samples, _ = trajectories()
+    [update] = batching.make_shards(samples, step=0, world_size=1, epochs=1, mini_batches=1,
+                                    max_len=16, seed=0)[0]
+    model = load_causal_lm(tiny_path)
+    grads = []
+
+    def keep_logits_grad(module, args, output):
+        if torch.is_grad_enabled():
+            output.logits.register_hook(lambda g: grads.append(g.clone()))
+
+    model.register_forward_hook(keep_logits_grad)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    train_on_shard(model, opt, warmup_schedule(opt, 0), [update], cfg, pad,
+                   ref_model=load_causal_lm(tiny_path) if cfg.algo.kl_coef else None)
+    [grad] = grads  # [R, T, V]: the one micro-batch's forward with gradient
+    batch = collate(update.samples, pad, share_prompts=share)
+    env = torch.full(batch.response_ids.shape, -1)  # [N, L]: -1 on padding
+    for i, s in enumerate(update.samples):
+        env[i, : len(s.env_mask)] = torch.tensor(s.env_mask)
+    predicting = grad[batch.rows.unsqueeze(-1).expand_as(env), batch.response_index]  # [N, L, V]
+    assert predicting[env == 0].abs().sum() == 0
+    assert predicting[env == 1].abs().sum() > 0
+
+
+def test_an_empty_env_mask_trains_bit_for_bit_as_an_all_ones_one(tiny_path):
+    cfg = load_config(None, ["algo.epochs=2", "algo.mini_batches=2", "algo.kl_coef=0.1",
+                             "algo.entropy_coef=0.01", "algo.entropy_mask_quantile=0.5",
+                             "learner.micro_batch_size=2"])
+    pad = load_tokenizer(tiny_path).pad_token_id
+    _, samples = trajectories()
+    states, metrics = [], []
+    for ones in (False, True):
+        work = batching.make_shards(
+            [dataclasses.replace(s, engine=0, env_mask=[1] * len(s.response_ids) if ones else [])
+             for s in samples],
+            step=0, world_size=1, epochs=2, mini_batches=2, max_len=16, seed=0)[0]
+        model, opt, sched = setup(tiny_path, cfg)
+        metrics.append(train_on_shard(model, opt, sched, work, cfg, pad,
+                                      ref_model=load_causal_lm(tiny_path)))
+        states.append(model.state_dict())
+    assert metrics[0] == metrics[1]
+    assert "sync/logprob_gap_max/0" in metrics[0]
+    for key, value in states[1].items():
+        assert torch.equal(states[0][key], value), key
