@@ -673,11 +673,12 @@ def logprob_gaps(shard: Shard, old: dict[int, Tensor]) -> dict[str, float]:
     same tokens (`old`, the learner's current weights), over the samples the engine made with
     those very weights (`TrainSample.engine`), on the tokens the model sampled (an environment's
     observation tokens have no engine log-prob). On-policy this is round-off; an engine that
-    did not receive the last weights shows the distance between two policies."""
+    did not receive the last weights shows the distance between two policies. A `masked` sample
+    has no learner log-probs (its row of `old` is the masked one, all zero), so it is left out."""
     gaps: dict[str, float] = {}
     for update in shard:
         for s in update.samples:
-            if s.engine < 0 or not s.response_ids:
+            if s.engine < 0 or s.masked or not s.response_ids:
                 continue
             diff = _model_tokens(old[id(s)].cpu() - torch.tensor(s.behaviour_logprobs), s)  # [K]
             if not diff.numel():

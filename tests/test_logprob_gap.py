@@ -114,3 +114,23 @@ def test_the_gap_is_over_the_tokens_the_model_sampled():
                                              env_mask=[0, 0])
     gaps = gaps_of((trajectory, [-1.0, 0.0, 0.0, -1.0]), (observations_only, [0.0, 0.0]))
     assert gaps == {"sync/logprob_gap_max/2": 0.75, "sync/logprob_gap_max": 0.75}
+
+
+def test_a_masked_sample_is_not_checked(tiny_path):
+    """Under `algo.mask_truncated` a truncated completion's learner row is masked to zero: read
+    as log-probs it would report its behaviour log-probs as a gap and stop a healthy run."""
+    engine = HFEngine(tiny_path, load_config().rollout)
+    groups = groups_from(engine, 0, 1)
+    for g in groups:  # the second of each group was cut at the token limit
+        for k, s in enumerate(g.scored):
+            s.sample = dataclasses.replace(s.sample, finish_reason=("stop", "length")[k])
+    samples = batching.to_train_samples(groups, "group", mask_truncated=True, version=1)
+    assert any(s.masked for s in samples) and any(not s.masked for s in samples)
+    shard = batching.make_shards(samples, step=0, world_size=1, epochs=1, mini_batches=1,
+                                 max_len=8, seed=0)[0]
+    model = load_causal_lm(tiny_path)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    cfg = load_config(None, ["algo.kl_coef=0", "algo.mask_truncated=true"])
+    metrics = train_on_shard(model, optimizer, warmup_schedule(optimizer, 0), shard, cfg,
+                             load_tokenizer(tiny_path).pad_token_id)
+    assert metrics["sync/logprob_gap_max/0"] < 1e-4
