@@ -67,11 +67,14 @@ def trl_compute_loss():
         off_policy_mask_threshold: float | None = None,
         sampling_logprobs: torch.Tensor | None = None,
         metrics: dict | None = None,
+        tool_mask: torch.Tensor | None = None,
         **loss_args: float,
     ) -> torch.Tensor:
         """`loss_args`: GRPOConfig fields of the newer loss types (sapo_temperature_pos, ...).
         `metrics`, when given, receives what TRL logs of this call: {name: [value]} of the
-        "train" mode (clip_ratio/high_mean, ...)."""
+        "train" mode (clip_ratio/high_mean, ...). `tool_mask` is TRL's multi-turn mask (a
+        rollout_func's `env_mask`): 1 on model tokens, 0 on tool or environment tokens; the
+        default `num_items_in_batch` then counts, as TRL's, the tokens of both masks."""
         n, length = logprobs.shape
         trainer = SimpleNamespace(
             _get_per_token_logps_and_entropies=lambda *a, **k: (
@@ -105,7 +108,8 @@ def trl_compute_loss():
             use_adaptive_entropy=False,
         )
         trainer.get_high_entropy_mask = lambda *a: GRPOTrainer.get_high_entropy_mask(trainer, *a)
-        items = mask.sum() if num_items_in_batch is None else torch.tensor(num_items_in_batch)
+        loss_mask = mask if tool_mask is None else mask * tool_mask
+        items = loss_mask.sum() if num_items_in_batch is None else torch.tensor(num_items_in_batch)
         inputs = {
             "prompt_ids": torch.zeros(n, 1, dtype=torch.long),
             "prompt_mask": torch.ones(n, 1, dtype=torch.long),
@@ -121,6 +125,8 @@ def trl_compute_loss():
             inputs["importance_sampling_ratio"] = importance_sampling_ratio
         if sampling_logprobs is not None:
             inputs["sampling_per_token_logps"] = sampling_logprobs
+        if tool_mask is not None:
+            inputs["tool_mask"] = tool_mask
         loss = GRPOTrainer._compute_loss(trainer, None, inputs)
         if metrics is not None:
             metrics.update(trainer._metrics["train"])
@@ -136,10 +142,11 @@ def _trl_importance_ratio(
     mode: str,
     clip_max: float | None,
     clip_min: float | None = None,
+    tool_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """trl/trainer/grpo_trainer.py, GRPOTrainer._generate_and_score_completions, the block under
-    "Compute the importance sampling ratio when using vLLM" (tool_mask None)."""
-    mask = completion_mask
+    "Compute the importance sampling ratio when using vLLM"."""
+    mask = completion_mask if tool_mask is None else completion_mask * tool_mask
     per_token_logps_diff = (old_per_token_logps - sampling_per_token_logps) * mask
     per_token_logps_diff = torch.nan_to_num(per_token_logps_diff, nan=0.0)
     sequence_level_is = mode in ["sequence_mask", "sequence_truncate"]

@@ -1,7 +1,7 @@
-"""Every TRL 1.16 loss_type, both ratio levels, the entropy mask, the off-policy mask and
-masked truncated completions: the same tensors through TRL's own `GRPOTrainer._compute_loss`
-and through rlrun's `grpo_loss` agree on the loss and on the gradients of the log-probs and
-entropies.
+"""Every TRL 1.16 loss_type, both ratio levels, the entropy mask, the off-policy mask,
+masked truncated completions and multi-turn env masks: the same tensors through TRL's own
+`GRPOTrainer._compute_loss` and through rlrun's `grpo_loss` agree on the loss and on the
+gradients of the log-probs and entropies.
 
 The rlrun settings of each loss_type come from `rlrun.trl_names.TRL_NAMES`, the table that
 config errors and `rlrun config show` print, so this also checks what that table tells users.
@@ -214,3 +214,118 @@ def test_clip_fractions_match_trl(level: str, delta: float | None, trl_compute_l
     raw_high = (raw.exp() > 1.28) & (adv.unsqueeze(-1) > 0 if level == "token" else adv > 0)
     assert raw_high.any()
     assert (theirs_metrics["clip_ratio/high_mean"][0] == 0) == (delta == 1.25)
+
+
+# rlrun's metric of each TRL metric `_compute_loss` logs (TRL's name: rlrun's).
+METRICS = {"entropy": "loss/entropy", "kl": "loss/kl", "clip_ratio/low_mean": "loss/clip_frac_low",
+           "clip_ratio/high_mean": "loss/clip_frac_high",
+           "clip_ratio/region_mean": "loss/clip_frac", "cispo_clip_ratio": "loss/cispo_cap_frac",
+           "vespo/phi_seq_mean": "loss/vespo_weight_mean"}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_env_mask_matches_trl(
+    loss_type: str, level: str, variant: str, trl_compute_loss, trl_importance_ratio
+) -> None:
+    """Multi-turn trajectories: spans of observation tokens inside the responses (behaviour
+    log-prob 0 there) go through rlrun's batch path as `TrainSample.env_mask` (`make_shards`
+    for the normalisers, `collate` for the mask; log-probs, pi_old and the reference's masked
+    as `response_logprobs` returns them) and to TRL as its `tool_mask` (a rollout_func's
+    `env_mask`, padded with 1 as TRL pads it), which `_compute_loss` multiplies into the
+    completion mask, as the importance ratio and `num_items_in_batch` do. The same loss,
+    gradients (none on observation tokens) and logged metrics."""
+    v = VARIANTS[variant]
+    # Seeds on which every mask bites (asserted below).
+    seed = 400 + LOSS_TYPES.index(loss_type) * 10 + list(VARIANTS).index(variant)
+    logprobs, old, behaviour, ref, entropy, mask, adv = _random_batch(12, 9, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    env = (torch.rand(mask.shape, generator=gen) < 0.6).long()  # [N, L]
+    env[:, 0] = 1  # a trajectory starts with the model's turn
+    tool_mask = torch.where(mask.bool(), env, 1)  # TRL pads its tool_mask with 1
+    observation = mask.bool() & (env == 0)
+    assert observation.any()
+    behaviour = behaviour.masked_fill(observation, 0.0)
+    samples = [TrainSample([1], [5] * int(m.sum()), behaviour[i, : int(m.sum())].tolist(),
+                           float(adv[i]), env_mask=env[i, : int(m.sum())].tolist())
+               for i, m in enumerate(mask)]
+    [update] = make_shards(samples, step=0, world_size=1, epochs=1, mini_batches=1,
+                           max_len=MAX_LEN, seed=0)[0]
+    order = [next(i for i, s in enumerate(samples) if s is u) for u in update.samples]
+    batch = collate(update.samples, pad_id=0)  # as wide as the longest response
+    width = batch.mask.shape[1]
+    adv = adv[order]
+    logprobs, old, behaviour, ref, entropy, mask, tool_mask, observation = (
+        t[order, :width] for t in (logprobs, old, behaviour, ref, entropy, mask, tool_mask,
+                                   observation))
+    ours_mask = batch.mask  # [N, L]
+    assert torch.equal(ours_mask, (mask * tool_mask).float())
+    assert torch.equal(batch.behaviour_logprobs, behaviour * mask)
+
+    eps_high = 1.3 if loss_type == "cispo" else 0.28
+    delta = v.get("delta") if loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo") else None
+    quantile = v.get("top_entropy_quantile", 1.0)
+    threshold = v.get("off_policy_mask_threshold")
+    is_ratio = None
+    if "is_mode" in v:
+        is_ratio = trl_importance_ratio(old, behaviour, mask, v["is_mode"], clip_max=3.0,
+                                        tool_mask=tool_mask)
+    theirs_lp = logprobs.clone().requires_grad_(True)
+    theirs_ent = entropy.clone().requires_grad_(True)
+    theirs_metrics: dict[str, list[float]] = {}
+    theirs = trl_compute_loss(
+        logprobs=theirs_lp, old_logprobs=old, advantages=adv, mask=mask, loss_type=loss_type,
+        epsilon=0.2, epsilon_high=eps_high, delta=delta, beta=v.get("beta", 0.0),
+        ref_logprobs=ref, use_bias_correction_kl=v.get("use_bias_correction_kl", True),
+        importance_sampling_ratio=is_ratio, entropies=theirs_ent,
+        entropy_coef=v.get("entropy_coef", 0.0), max_completion_length=MAX_LEN,
+        importance_sampling_level=level, top_entropy_quantile=quantile,
+        off_policy_mask_threshold=threshold, sampling_logprobs=behaviour,
+        metrics=theirs_metrics, tool_mask=tool_mask, **LOSS_ARGS,
+    )
+    theirs.backward()
+
+    cfg = replace(
+        AlgoConfig(**_rlrun_settings(loss_type)), ratio_level=level, clip_low=0.2,
+        clip_high=eps_high, cispo_cap=eps_high, dual_clip=delta, kl_coef=v.get("beta", 0.0),
+        kl_bias_correction=v.get("use_bias_correction_kl", True),
+        entropy_coef=v.get("entropy_coef", 0.0), entropy_mask_quantile=quantile,
+        off_policy_mask_threshold=threshold, is_correction="none", is_cap=3.0,
+        sapo_tau_pos=1.5, sapo_tau_neg=2.5, vespo_k_pos=1.5, vespo_lambda_pos=2.5,
+        vespo_k_neg=2.5, vespo_lambda_neg=1.5,
+    )
+    if "is_mode" in v:
+        is_level, mode = v["is_mode"].split("_")
+        cfg = replace(cfg, is_correction=is_level, is_mode=mode)
+    norm, keep = update.norm, None
+    assert norm.total_tokens == float((mask * tool_mask).sum())
+    if quantile < 1.0:
+        keep = high_entropy_mask(entropy, ours_mask,
+                                 entropy_threshold(entropy[ours_mask.bool()], quantile))
+        norm = replace(norm, entropy_mask_tokens=float(keep.sum()))
+        assert 0 < keep.sum() < ours_mask.sum()  # the mask bites
+    ours_lp = logprobs.clone().requires_grad_(True)
+    ours_ent = entropy.clone().requires_grad_(True)
+    ours, metrics = grpo_loss(
+        ours_lp * ours_mask, old * ours_mask, batch.advantages, ours_mask, cfg, norm,
+        behaviour_logprobs=batch.behaviour_logprobs, ref_logprobs=ref * ours_mask,
+        entropy=ours_ent, entropy_mask=keep,
+    )
+    ours.backward()
+    if threshold is not None:
+        assert 0 < metrics["loss/off_policy_drop_frac"] < 1  # the mask bites
+
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours_lp.grad, theirs_lp.grad, atol=1e-5, rtol=1e-5)
+    assert ours_lp.grad[observation].abs().sum() == 0
+    assert ours_lp.grad.abs().sum() > 0
+    if theirs_ent.grad is not None:
+        torch.testing.assert_close(ours_ent.grad, theirs_ent.grad, atol=1e-5, rtol=1e-5)
+        assert ours_ent.grad[observation].abs().sum() == 0
+    else:
+        assert ours_ent.grad is None
+    compared = [name for name in METRICS if name in theirs_metrics]
+    assert "entropy" in compared
+    for name in compared:
+        assert metrics[METRICS[name]] == pytest.approx(theirs_metrics[name][0], abs=1e-6), name
