@@ -52,9 +52,10 @@ class ProblemResult:
     greedy_response: str | None = None
     pass_at: dict[int, float] = field(default_factory=dict)
     # Multi-turn (`env.name`): for each sampled trajectory, the turn after which it was solved
-    # (0: never); for the greedy one, likewise (None: single-turn).
+    # (0: never); for the greedy one, likewise (None: single-turn); the most turns any took.
     solved_at: list[int] = field(default_factory=list)
     greedy_solved_at: int | None = None
+    turns: int = 0
 
     @property
     def score(self) -> float:
@@ -163,14 +164,11 @@ def aggregate(results: Sequence[ProblemResult], k_list: Sequence[int]) -> dict[s
 def _by_turn(sampled: Sequence[ProblemResult], greedy: Sequence[ProblemResult],
              k_list: Sequence[int]) -> dict[str, float]:
     """Multi-turn: turn<t>/accuracy, turn<t>/pass@k and turn<t>/greedy_accuracy, counting a
-    trajectory as correct after turn t when it was solved by then, for t up to the last turn
-    any trajectory was solved in (later turns change nothing)."""
-    multi = [r for r in sampled if r.solved_at] + [r for r in greedy
-                                                   if r.greedy_solved_at is not None]
-    if not multi:
+    trajectory as correct after turn t when it was solved by then, for t up to the most turns
+    any trajectory took."""
+    last = max([r.turns for r in [*sampled, *greedy]], default=0)
+    if not last:
         return {}
-    last = max([x for r in sampled for x in r.solved_at] + [
-        r.greedy_solved_at or 0 for r in greedy] + [1])
     out: dict[str, float] = {}
     for t in range(1, last + 1):
         if sampled:
@@ -235,6 +233,7 @@ def evaluate(
                 row.greedy_response = one.sample.response_text
                 if one.sample.turns:
                     row.greedy_solved_at = _solved_at(one, correct_component)
+                    row.turns = max(row.turns, len(one.sample.turns))
         if samples:
             for row, scored in zip(rows, _attempts(batch, prompts, replace(sampling, n=samples),
                                                    generate, score, episodes), strict=True):
@@ -245,6 +244,7 @@ def evaluate(
                 row.pass_at = {k: pass_at_k(row.n, row.correct, k) for k in k_list}
                 if scored and scored[0].sample.turns:
                     row.solved_at = [_solved_at(s, correct_component) for s in scored]
+                    row.turns = max([row.turns] + [len(s.sample.turns) for s in scored])
         results.extend(rows)
     return EvalResult(results, k_list if samples else [], samples, greedy, sampling.seed or 0)
 

@@ -54,15 +54,18 @@ class ObservationTokens:
         if chat:
             self.head, self.tail = _chat_frame(tokenizer)
 
-    def ids(self, observation: str, last_token: int | None) -> list[int]:
-        """`observation` framed as a user turn after a model turn ending in `last_token`; a
-        turn that ended with the template's end-of-turn token does not get a second one."""
+    def frame(self, observation: str, ended: str = "") -> str:
+        """`observation` as the text of a user turn after a model turn whose text ends with
+        `ended`; a turn that ended with the template's end-of-turn token gets no second one."""
         head = self.head
-        if last_token is not None:
-            ended = self.tokenizer.decode([last_token])
-            if ended and head.startswith(ended):
-                head = head[len(ended):]
-        return list(self.tokenizer(head + observation + self.tail,
+        if ended and head.startswith(ended):
+            head = head[len(ended):]
+        return head + observation + self.tail
+
+    def ids(self, observation: str, last_token: int | None) -> list[int]:
+        """`frame` as token ids, after a model turn whose last token is `last_token`."""
+        ended = self.tokenizer.decode([last_token]) if last_token is not None else ""
+        return list(self.tokenizer(self.frame(observation, ended),
                                    add_special_tokens=False)["input_ids"])
 
 

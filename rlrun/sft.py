@@ -8,7 +8,10 @@ both room to improve and signal to learn from. A fixed step count would make tha
 point depend on the learning rate, seed and model size.
 
 The accuracy check generates with the real rollout engine and scores with the real reward
-(math verifier, sandbox for code), exactly as training will.
+(math verifier, sandbox for code), exactly as training will. With a multi-turn environment
+(`env.name`) the rows also hold a two-turn transcript per problem (`repair_rows`): a later turn
+sits far from the start of the sequence, where a model trained on single answers has never had
+to write one; the accuracy check stays the first turn's.
 """
 
 from __future__ import annotations
@@ -95,6 +98,48 @@ def sft_rows(problems: list[Problem], cfg: Config, tokenizer: Any = None) -> lis
     ]
 
 
+def repair_rows(problems: list[Problem], cfg: Config, judge: Any, render: Any,
+                frame: Any) -> list[dict[str, str]]:
+    """With a multi-turn environment (`env.name`): a two-turn transcript per problem, so the
+    model learns what a later turn looks like. The first attempt is another problem's reference
+    (seeded pick), the observation is the environment's real answer to it (its programs run by
+    `judge`, framed by `frame` as the rollout frames it), and the completion is the problem's
+    own reference; a problem the borrowed attempt already solves gets no transcript."""
+    from rlrun.environments import load_environment
+
+    env_cls = load_environment(cfg.env.name or "")
+    rng = random.Random(f"sft-repair:{cfg.run.seed}")
+    usable = [p for p in problems if p.reference is not None]
+    attempts = [reference_completion(rng.choice(usable)) for _ in usable]
+    envs = [env_cls(p, cfg) for p in usable]
+    wanted = [env.submissions(a) for env, a in zip(envs, attempts, strict=True)]
+    flat = [s for subs in wanted for s in subs]
+    results = judge(flat) if flat else []
+    rows, k = [], 0
+    for p, env, attempt, subs in zip(usable, envs, attempts, wanted, strict=True):
+        feedback = env.observe(attempt, results[k : k + len(subs)])
+        k += len(subs)
+        if not feedback.done:
+            rows.append({"prompt": render(p) + attempt + frame(feedback.observation),
+                         "completion": reference_completion(p)})
+    return rows
+
+
+def _transcripts(cfg: Config, model_path: str, problems: list[Problem]) -> list[dict[str, str]]:
+    """`repair_rows` of `problems`, judged here and framed with the model's own tokenizer."""
+    from rlrun.data.prompts import render_prompt
+    from rlrun.models import load_tokenizer, local_model
+    from rlrun.multiturn import ObservationTokens
+    from rlrun.sandbox import Judge
+
+    tokenizer = load_tokenizer(local_model(model_path))
+    chat = cfg.model.chat_template
+    frame = ObservationTokens(tokenizer, chat).frame
+    with Judge(cfg.sandbox.backend, cfg.sandbox.workers_per_actor, cfg.sandbox) as judge:
+        return repair_rows(problems, cfg, judge.judge,
+                           lambda p: render_prompt(p, cfg.data, tokenizer, chat=chat), frame)
+
+
 def held_out_metrics(
     engine: Any, reward: Any, problems: list[Problem], cfg: Config, seed: int
 ) -> dict[str, float]:
@@ -149,7 +194,7 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
     tokenizer = load_tokenizer(base)
     tokenizer.padding_side = "right"
     model = load_causal_lm(base, cfg.model.dtype)
-    dataset = Dataset.from_list(sft_rows(train, cfg, tokenizer))
+    dataset = Dataset.from_list(sft_rows(train, cfg, tokenizer) + loop_cfg["transcripts"])
     history: list[dict[str, float]] = []
 
     judge = None
@@ -269,6 +314,7 @@ def run_sft(cfg: Config, model_path: str, train: list[Problem], val: list[Proble
         )
     if cfg.sft.math_fraction is not None:
         usable = mix_by_kind(usable, cfg.sft.math_fraction, cfg.run.seed)
+    transcripts = _transcripts(cfg, model_path, usable) if cfg.env.name else []
     rng = random.Random(cfg.run.seed)
     val_sample = rng.sample(val, min(len(val), 64)) if val else rng.sample(usable, 32)
     # Ray Train writes its checkpoints to storage every node reaches: a URI as it is.
@@ -280,6 +326,7 @@ def run_sft(cfg: Config, model_path: str, train: list[Problem], val: list[Proble
             "model_path": model_path,
             "train": [p.to_dict() for p in usable],
             "val": [p.to_dict() for p in val_sample],
+            "transcripts": transcripts,
         },
         scaling_config=ScalingConfig(
             num_workers=cfg.learner.num_workers,

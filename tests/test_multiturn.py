@@ -103,8 +103,9 @@ def test_a_failed_first_program_gets_the_visible_failure_and_the_fix_is_scored_o
     assert first.observation == (
         f"Visible test 1 of 1 failed: wrong answer.\nInput:\n{visible.input.strip()}\n"
         f"Expected output:\n{visible.output}\nYour output:\n{visible.input.strip().upper()}\n"
-        "Fix the program and answer with the whole program in a ```python code block.")
-    assert second.done and second.observation == "" and second.info == {"visible_passed": 1.0}
+        "Answer with a ```python code block.")
+    assert second.done and second.observation == ""
+    assert second.info == {"no_program": 0.0, "visible_passed": 1.0}
     assert s.reward == 1.0 and s.sample.response_text == f"```python\n{PROGRAMS['reverse']}\n```"
     # The learner's sequence: turn 1, the observation's tokens, turn 2; only turns are the model's.
     tok = policy.tok
@@ -152,7 +153,8 @@ def test_every_kind_of_failure_has_its_own_observation(judge):
     assert none.observation.startswith("No ```python code block found") and not none.done
     crash = env.observe("", judge(env.submissions("```python\nraise KeyError('k')\n```")))
     assert "failed: runtime error.\nInput:" in crash.observation
-    assert "KeyError: 'k'" in crash.observation
+    assert "KeyError: 'k'" in crash.observation and "executor" not in crash.observation
+    assert 'Error:\n  File "main.py", line 1' in crash.observation
     slow = env.observe("", judge(env.submissions("```python\nwhile True: pass\n```")))
     assert "failed: time limit exceeded (2.0 s)." in slow.observation
     broken = env.observe("", [JudgeResult("0", "sandbox_error", 0, 1,
@@ -299,3 +301,38 @@ def test_a_bad_environment_stops_training_before_ray(tmp_path):
                              "env.visible_tests=4"])
     with pytest.raises(EnvError, match="too few to show 4"):
         run_training(cfg)
+
+
+def test_eval_reports_accuracy_and_pass_at_k_after_each_turn(judge):
+    from rlrun.evaluation import evaluate
+
+    cfg = config("env.max_turns=2")
+    problems = repair_problems(12, seed=5)
+    policy = ScriptedPolicy()
+    episodes = Episodes(CodeRepair, cfg, ObservationTokens(policy.tok, chat=False),
+                        policy.extend, judge)
+    result = evaluate(problems, policy.generate, episodes.score(build_reward(cfg, judge).score),
+                      SamplingParams(max_new_tokens=64, seed=1), k_list=[1, 2], samples=2,
+                      greedy=True, episodes=episodes,
+                      render=lambda p: f"{p.prompt}\nAnswer with a ```python code block.\n")
+    m = result.metrics("val")
+    uppers = sum(p.meta["template"] == "upper" for p in problems) / len(problems)
+    assert m["val/turn1/accuracy"] == pytest.approx(uppers)
+    assert m["val/turn1/pass@2"] == pytest.approx(uppers)
+    assert m["val/turn2/accuracy"] == m["val/turn2/greedy_accuracy"] == m["val/accuracy"] == 1.0
+
+
+def test_sft_transcripts_pair_a_real_failure_with_the_reference_and_hide_the_hidden_tests(judge):
+    from rlrun.sft import reference_completion, repair_rows
+
+    cfg = config()
+    problems = repair_problems(20, seed=6)
+    frame = ObservationTokens(_tiny_tokenizer(), chat=False).frame
+    rows = repair_rows(problems, cfg, judge, lambda p: f"{p.id}: {p.prompt}\n", frame)
+    assert 5 <= len(rows) < len(problems)  # a borrowed attempt that solves a problem is skipped
+    for row in rows:
+        problem = next(p for p in problems if row["prompt"].startswith(f"{p.id}: "))
+        assert row["completion"] == reference_completion(problem)
+        assert "Visible test 1 of 1 failed: wrong answer." in row["prompt"]
+        _, hidden = split_tests(problem, cfg.env.visible_tests)
+        assert all(f"\n{t.input.strip()}\n" not in row["prompt"] for t in hidden.stdio)

@@ -68,11 +68,16 @@ def steps_and_problems(samples_path) -> dict[int, list[str]]:
     return out
 
 
-def test_resume_after_kill_reproduces_the_data_order(tmp_path, recipe, env):
+# Multi-turn: the kill lands inside a step's turns; its trajectories are started over on resume.
+MULTI_TURN = ["data.train=toy:repair", "env.name=code_repair", "env.max_turns=2"]
+
+
+@pytest.mark.parametrize("extra", [[], MULTI_TURN], ids=["single-turn", "multi-turn"])
+def test_resume_after_kill_reproduces_the_data_order(tmp_path, recipe, env, extra):
     out = tmp_path / "run"
     # Enough steps that the kill lands mid-run however fast this machine trains them.
     steps = 40
-    overrides = small_overrides(out, steps=steps) + ["trainer.checkpoint_every=1"]
+    overrides = small_overrides(out, steps=steps) + ["trainer.checkpoint_every=1", *extra]
     cfg = load_config(recipe, overrides)
     train, _ = load_from_config(cfg)
     order = DataOrder(len(train), cfg.run.seed)
@@ -105,6 +110,9 @@ def test_resume_after_kill_reproduces_the_data_order(tmp_path, recipe, env):
     assert len(set(per_step.values())) == 1, per_step
     state = load_state(out / LEARNER_DIR / f"step_{steps:06d}")
     assert (state.step, state.version, state.data_position) == (steps, steps, 2 * steps)
+    if extra:  # every trajectory trained on went through the environment
+        with open(out / "samples.jsonl") as f:
+            assert all(json.loads(line)["turns"] for line in f)
 
 
 def test_sigterm_finishes_the_step_and_saves_a_checkpoint(tmp_path, recipe, env):

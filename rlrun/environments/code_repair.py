@@ -22,11 +22,13 @@ The observation after a failed turn (each quoted piece cut to `env.feedback_char
     12
     Your output:
     7
-    Fix the program and answer with the whole program in a ```python code block.
+    Answer with a ```python code block.
 
+whose last line repeats the first prompt's answer-format instruction (`data.code_instruction`);
 or, in place of the test's lines, the compiler's first lines, the runtime error's last lines
-(where a Python traceback names the exception), "time limit exceeded (2.0 s)", "memory limit
-exceeded", "output limit exceeded", or "No ```python code block found in your answer.".
+(a Python traceback from the program's own first frame, which names the exception), "time limit
+exceeded (2.0 s)", "memory limit exceeded", "output limit exceeded", or "No ```python code
+block found in your answer.".
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from rlrun.data.prompts import instruction
 from rlrun.environments.base import EnvError, Feedback
 from rlrun.records import JudgeResult, Problem, Submission, Tests, Verdict
 from rlrun.rewards.code import extract_code
@@ -78,6 +81,13 @@ def _cut(text: str, chars: int, tail: bool = False) -> str:
     return "..." + text[-chars:] if tail else text[:chars] + "..."
 
 
+def _own_frames(stderr: str) -> str:
+    """A Python traceback from the program's first own frame on: the runner's frames above it
+    say nothing about the program."""
+    at = stderr.find('  File "main.py"')
+    return stderr[at:] if at >= 0 else stderr
+
+
 class CodeRepair:
     """One repair episode of one problem (the contract: `rlrun.environments.base`)."""
 
@@ -101,16 +111,18 @@ class CodeRepair:
         language = self.problem.language
         if not results:
             return Feedback(f"No ```{language} code block found in your answer.\n"
-                            + self._ask(), done=False, reward=0.0, info={"no_program": 1.0})
+                            + self._ask(), done=False, reward=0.0,
+                            info={"no_program": 1.0, "visible_passed": 0.0})
         (result,) = results
         if result.status == "sandbox_error" or any(
                 v.status == "sandbox_error" for v in result.tests):
             return Feedback("", done=True, judged=False)
         share = result.passed / result.total if result.total else 0.0
         if result.status == "accepted":
-            return Feedback("", done=True, reward=1.0, info={"visible_passed": 1.0})
+            return Feedback("", done=True, reward=1.0,
+                            info={"no_program": 0.0, "visible_passed": 1.0})
         return Feedback(self._describe(result) + self._ask(), done=False, reward=share,
-                        info={"visible_passed": 0.0})
+                        info={"no_program": 0.0, "visible_passed": 0.0})
 
     def _program(self, response: str) -> tuple[str | None, str]:
         tests = self.problem.tests
@@ -118,8 +130,8 @@ class CodeRepair:
         return extract_code(response, self.problem.language, allow_bare=bare)
 
     def _ask(self) -> str:
-        return (f"Fix the program and answer with the whole program in a "
-                f"```{self.problem.language} code block.")
+        """The first prompt's answer-format instruction, asked again."""
+        return instruction(self.problem, self.cfg.data)
 
     def _describe(self, result: JudgeResult) -> str:
         """What went wrong on the first visible test that failed."""
@@ -137,7 +149,8 @@ class CodeRepair:
         if verdict.status == "wrong_answer":
             lines += ["Your output:", _cut(verdict.stdout_head, chars)]
         elif verdict.status == "runtime_error":
-            lines += ["Error:", _cut(verdict.stderr_head or verdict.detail, chars, tail=True)]
+            lines += ["Error:", _cut(_own_frames(verdict.stderr_head) or verdict.detail, chars,
+                                     tail=True)]
         return "\n".join(lines) + "\n"
 
     def _time_limit(self) -> float:
