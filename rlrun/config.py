@@ -340,6 +340,11 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
+def response_limit(cfg: Config) -> int:
+    """The most response tokens a sample can have: a turn's, or a trajectory's (`env.name`)."""
+    return cfg.env.max_tokens if cfg.env.name else cfg.rollout.sampling.max_new_tokens
+
+
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "data.on_bad_row": ("skip", "fail"),

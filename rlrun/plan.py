@@ -47,7 +47,8 @@ Learner, per rank (what one GPU holds at the peak of a forward/backward):
   s tokens; in shared-prompt rows (`learner.shared_prompt_forward`, the default, with sdpa or
   eager attention) the worst mix of the step's prompts (`Layout.micro_batch`).
   s = prompt tokens (`--prompt-tokens`, default 512: a config does not record prompt lengths) +
-  `rollout.sampling.max_new_tokens`, capped at `rollout.max_model_len`.
+  `rollout.sampling.max_new_tokens` (with a multi-turn environment, `env.max_tokens`: a whole
+  trajectory), capped at `rollout.max_model_len`.
 - the output layer, as `rlrun.policy_update.response_logprobs` computes the log-probs of the
   n*r response positions, in chunks of C = 2^24 // V positions (`_LOGPROB_CHUNK_ELEMENTS`). Its
   two paths, chosen by the size of the micro-batch's logits in the output layer's weight dtype
@@ -119,7 +120,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlrun.config import Config, ConfigError, ModelConfig
+from rlrun.config import Config, ConfigError, ModelConfig, response_limit
 from rlrun.errors import InputError
 
 if TYPE_CHECKING:
@@ -410,7 +411,7 @@ class Layout:
 
     @property
     def seq_len(self) -> int:
-        s = self.prompt_tokens + self.cfg.rollout.sampling.max_new_tokens
+        s = self.prompt_tokens + response_limit(self.cfg)
         max_len = self.cfg.rollout.max_model_len
         return min(s, max_len) if max_len else s
 
@@ -456,7 +457,8 @@ class Layout:
 
     @property
     def response_tokens(self) -> int:
-        """Response positions of one sequence: max_new_tokens, less what max_model_len cuts."""
+        """Response positions of one sequence: max_new_tokens (a multi-turn trajectory's
+        env.max_tokens), less what max_model_len cuts."""
         return max(1, self.seq_len - min(self.prompt_tokens, self.seq_len - 1))
 
 
@@ -1206,8 +1208,9 @@ def format_plan(plan: Plan, suggestion: Suggestion | None = None) -> str:
         f"placement: {'colocated' if lay.colocated else 'split'}; learner "
         f"{lay.cfg.learner.num_workers} rank(s), rollout {rollout.num_actors} engine(s) x TP "
         f"{rollout.tensor_parallel_size}; sequences {lay.prompt_tokens} prompt + "
-        f"{rollout.sampling.max_new_tokens} new tokens (--prompt-tokens, "
-        "rollout.sampling.max_new_tokens)",
+        f"{response_limit(lay.cfg)} new tokens (--prompt-tokens, "
+        + ("env.max_tokens: a whole multi-turn trajectory)" if lay.cfg.env.name
+           else "rollout.sampling.max_new_tokens)"),
         "",
     ]
     body: list[str] = []

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlrun import batching
-from rlrun.config import Config
+from rlrun.config import Config, response_limit
 from rlrun.data_order import DataOrder
 from rlrun.engines.base import SamplingParams
 from rlrun.multiturn import episode_metrics
@@ -67,11 +67,6 @@ def normalize_weights(cfg: Config) -> dict[str, float] | None:
     """The component weights to normalize then sum with (`reward.aggregation:
     normalize_then_sum`); None under `sum`, where each sample's reward is already the sum."""
     return component_weights(cfg) if cfg.reward.aggregation == "normalize_then_sum" else None
-
-
-def response_limit(cfg: Config) -> int:
-    """The most response tokens a sample can have: a turn's, or a trajectory's (`env.name`)."""
-    return cfg.env.max_tokens if cfg.env.name else cfg.rollout.sampling.max_new_tokens
 
 
 def collect(
