@@ -18,3 +18,9 @@ def test_run_summary_leads_with_the_held_out_change() -> None:
     )
     summary["val_initial"] = summary["val_final"] = {}
     assert not any("held-out" in line for line in format_summary(summary).splitlines())
+    # A multi-turn run also says what the first attempt alone did.
+    summary["val_initial"] = {"val/accuracy": 0.375, "val/turn1/accuracy": 0.2539}
+    summary["val_final"] = {"val/accuracy": 0.707, "val/turn1/accuracy": 0.3438}
+    assert format_summary(summary).splitlines()[1] == (
+        "  held-out: val/accuracy 0.375 -> 0.707 (+0.332), val/turn1/accuracy 0.254 -> 0.344 "
+        "(+0.090)")

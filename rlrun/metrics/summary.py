@@ -15,7 +15,8 @@ def format_summary(summary: dict[str, Any]) -> str:
     before, after = summary["val_initial"], summary["val_final"]
     moved = [
         f"{key} {before[key]:.3f} -> {after[key]:.3f} ({after[key] - before[key]:+.3f})"
-        for key in ("val/accuracy", "val/reward_mean")
+        # A multi-turn run also shows what one attempt alone did (val/turn1/accuracy).
+        for key in ("val/accuracy", "val/reward_mean", "val/turn1/accuracy")
         if key in before and key in after
     ]
     lines = [
