@@ -18,6 +18,7 @@ import torch
 from rlrun.config import RolloutConfig
 from rlrun.engines import SamplingParams, WeightsMismatchError, make_engine
 from rlrun.models import load_causal_lm, load_tokenizer
+from rlrun.records import Sample
 from tests.engines.engine_process import EngineProcess
 
 PROMPTS = [
@@ -340,3 +341,23 @@ def test_a_paused_sample_continues_under_new_weights(engine, reference) -> None:
                                  after.response_ids[cut:], 1.0)
         torch.testing.assert_close(torch.tensor(after.behaviour_logprobs[cut:]), new,
                                    atol=TOLERANCE[engine.name], rtol=0)
+
+
+def test_a_new_turn_continues_from_the_trajectorys_token_ids(engine, reference, tokenizer) -> None:
+    """A multi-turn trajectory's next turn is a sample with the whole context as prompt ids and
+    no response yet: the engine samples it from exactly those ids (nothing re-tokenized), up to
+    max_new_tokens of its own, each log-prob from that context."""
+    first = [g[0] for g in engine.generate(PROMPTS, SamplingParams(temperature=0.0,
+                                                                    max_new_tokens=6))]
+    observation = tokenizer("\nNo: try again.\n", add_special_tokens=False)["input_ids"]
+    turns = [Sample(s.prompt_ids + s.response_ids + observation, [], "", [], "paused")
+             for s in first]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=7, seed=3)
+    answers = engine.extend(turns, sampling)
+    for turn, answer in zip(turns, answers, strict=True):
+        assert answer.prompt_ids == turn.prompt_ids
+        assert 0 < len(answer.response_ids) <= 7
+        assert answer.finish_reason in ("stop", "length")
+    assert_logprobs_match(engine, reference, [[a] for a in answers], 1.0)
+    assert [a.response_ids for a in engine.extend(turns, sampling)] == [
+        a.response_ids for a in answers]
