@@ -3,7 +3,8 @@
 - `length`: `-length_penalty_per_100` per 100 response tokens over `length_limit`, pro rata
   (150 tokens over with 0.1 per 100 gives -0.15).
 - `overlong`: DAPO's soft overlong punishment (veRL `reward_manager/dapo.py`): with hard limit
-  L_max = `rollout.sampling.max_new_tokens` and buffer L_cache = `overlong_buffer`, a response of
+  L_max = `rollout.sampling.max_new_tokens` (a multi-turn trajectory's `env.max_tokens`, over
+  all its tokens) and buffer L_cache = `overlong_buffer`, a response of
   L tokens gets min(-(L - (L_max - L_cache)) / L_cache * `overlong_penalty`, 0), so the penalty
   grows linearly from 0 to -`overlong_penalty` over the last L_cache tokens.
 - `format`: `+format_reward` when the completion states its answer in the expected form (a
@@ -13,7 +14,7 @@
 
 from __future__ import annotations
 
-from rlrun.config import Config
+from rlrun.config import Config, response_limit
 from rlrun.records import Problem, Sample
 from rlrun.rewards.code import extract_code
 from rlrun.rewards.math import find_answer
@@ -48,7 +49,7 @@ def shaping_components(cfg: Config, problem: Problem, sample: Sample) -> dict[st
         )
     if shaping.overlong_buffer is not None:
         out["overlong"] = overlong_penalty(
-            num_tokens, cfg.rollout.sampling.max_new_tokens, shaping.overlong_buffer,
+            num_tokens, response_limit(cfg), shaping.overlong_buffer,
             shaping.overlong_penalty,
         )
     if shaping.format_reward or shaping.format_penalty:
