@@ -361,8 +361,13 @@ def _columns(rows: list[dict[str, float]]) -> list[str]:
 
 
 def format_table(summary: dict[str, Any]) -> str:
-    """The overall row and every breakdown of `EvalResult.summary()` as a text table."""
-    named = [("all", summary["overall"])]
+    """The overall row, the overall numbers after each turn of a multi-turn environment
+    (`after turn t`), and every breakdown of `EvalResult.summary()`, as a text table."""
+    overall = summary["overall"]
+    named = [("all", {k: v for k, v in overall.items() if not k.startswith("turn")})]
+    turns = sorted({int(k[4:].split("/")[0]) for k in overall if k.startswith("turn")})
+    named += [(f"after turn {t}", {k.split("/", 1)[1]: v for k, v in overall.items()
+                                   if k.startswith(f"turn{t}/")}) for t in turns]
     for name, groups in summary.get("breakdowns", {}).items():
         named += [(f"{name}={value}", row) for value, row in groups.items()]
     cols = _columns([row for _, row in named])

@@ -304,7 +304,7 @@ def test_a_bad_environment_stops_training_before_ray(tmp_path):
 
 
 def test_eval_reports_accuracy_and_pass_at_k_after_each_turn(judge):
-    from rlrun.evaluation import evaluate
+    from rlrun.evaluation import evaluate, format_table
 
     cfg = config("env.max_turns=2")
     problems = repair_problems(12, seed=5)
@@ -320,6 +320,10 @@ def test_eval_reports_accuracy_and_pass_at_k_after_each_turn(judge):
     assert m["val/turn1/accuracy"] == pytest.approx(uppers)
     assert m["val/turn1/pass@2"] == pytest.approx(uppers)
     assert m["val/turn2/accuracy"] == m["val/turn2/greedy_accuracy"] == m["val/accuracy"] == 1.0
+    table = format_table(result.summary()).splitlines()
+    assert [line.split()[:3] for line in table if line.startswith("after turn")] == [
+        ["after", "turn", "1"], ["after", "turn", "2"]]
+    assert table[4].split()[3:] == ["-", "1.000", "1.000", "1.000", "1.000", "-"]  # turn 2
 
 
 def test_sft_transcripts_pair_a_real_failure_with_the_reference_and_hide_the_hidden_tests(judge):
