@@ -91,6 +91,31 @@ def test_a_short_run_trains_syncs_and_checkpoints(ray_cluster, tmp_path, stalene
 
 
 @pytest.mark.parametrize("extra", [
+    pytest.param([], id="hf"),
+    pytest.param(VLLM, id="vllm", marks=needs_vllm),
+    pytest.param(["algo.max_staleness=1"], id="hf-overlapped"),
+])
+def test_a_short_multi_turn_run_trains_on_whole_trajectories(ray_cluster, tmp_path, extra):
+    cfg = load_config(None, small_overrides(tmp_path, steps=3) + [
+        "data.train=toy:repair", "env.name=code_repair", "env.max_turns=2",
+        "rollout.sampling.max_new_tokens=24", "trainer.eval_every=2", *extra])
+    summary = run_training(cfg)
+    assert summary["steps"] == 3 and summary["rollout_versions"] == [3]
+    train_rows = [r for r in rows(tmp_path) if "reward/mean" in r]
+    # An untrained model writes no program in 24 tokens: every trajectory takes both turns.
+    assert [r["env/turns"] for r in train_rows] == [2.0] * 3
+    assert all(r["train/samples"] == 8 and r["env/unjudged"] == 0 for r in train_rows)
+    assert all("val/turn2/accuracy" in r for r in rows(tmp_path) if "val/accuracy" in r)
+    samples = rows(tmp_path, "samples.jsonl")
+    assert len(samples) == 24 and all(
+        [t["turn"] for t in s["turns"]] == [1, 2] and s["turns"][0]["observation"]
+        and s["response"] == s["turns"][1]["response"] for s in samples)
+    if cfg.algo.max_staleness == 0:
+        # The learner's log-probs of the model's tokens in whole trajectories are the engine's.
+        assert all(r["sync/logprob_gap_max"] < 1e-4 for r in train_rows)
+
+
+@pytest.mark.parametrize("extra", [
     pytest.param(["weights.backend=collective", "rollout.num_actors=2",
                   "rollout.num_cpus=0.25"], id="collective-2-engines"),
     pytest.param(["placement.mode=colocated"], id="colocated-cpu-twin"),
