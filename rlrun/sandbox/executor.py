@@ -139,6 +139,30 @@ def decode_plain(tree):
 # ---------------------------------------------------------------------------------------------
 # Framing.
 
+# The C encoder and scanner behind json.dumps and json.loads, built once here: a forked child's
+# first json.dumps builds an encoder in Python and so writes to (and copies) dozens of the
+# zygote's pages, a good part of what a short test costs; calling these directly touches few.
+_ENCODE = json.encoder.c_make_encoder(None, None, json.encoder.encode_basestring_ascii, None,
+                                      ":", ",", False, False, True)
+_SCAN = json.scanner.c_make_scanner(json.JSONDecoder())
+
+
+def dump_json(obj):
+    """`json.dumps(obj, separators=(",", ":"))` for acyclic plain data."""
+    return "".join(_ENCODE(obj, 0))
+
+
+def load_json(text):
+    """`json.loads(text)` for text that is one JSON value; ValueError otherwise."""
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        raise ValueError("not a JSON value") from None
+    if end != len(text):
+        raise ValueError("data after the JSON value")
+    return value
+
+
 def read_exact(fd, n):
     buf = bytearray()
     while len(buf) < n:
@@ -156,7 +180,7 @@ def write_all(fd, data):
 
 
 def send_frame(fd, obj):
-    data = json.dumps(obj, separators=(",", ":")).encode("utf-8", "surrogateescape")
+    data = dump_json(obj).encode("utf-8", "surrogateescape")
     write_all(fd, struct.pack(">I", len(data)) + data)
 
 
@@ -170,7 +194,7 @@ def recv_frame(fd):
     body = read_exact(fd, n)
     if body is None:
         return None
-    return json.loads(body.decode("utf-8", "surrogateescape"))
+    return load_json(body.decode("utf-8", "surrogateescape"))
 
 
 def parse_frames(data):
@@ -181,7 +205,7 @@ def parse_frames(data):
         if pos + 4 + n > len(data):
             return frames, "truncated result frame"
         try:
-            frames.append(json.loads(data[pos + 4:pos + 4 + n].decode("utf-8", "surrogateescape")))
+            frames.append(load_json(data[pos + 4:pos + 4 + n].decode("utf-8", "surrogateescape")))
         except ValueError:
             return frames, "malformed result frame"
         pos += 4 + n
@@ -435,10 +459,10 @@ def plain_copy(value):
     return decode_plain(encode_plain(value))
 
 
-def emit(obj, dumps=json.dumps, pack=struct.pack, write=os.write):
+def emit(obj, dumps=dump_json, pack=struct.pack, write=os.write):
     """Send one result frame from a Python child. The functions are bound here, in the zygote,
-    so a program that replaces json.dumps or os.write cannot change what is sent."""
-    data = dumps(obj, separators=(",", ":")).encode("utf-8", "surrogateescape")
+    so a program that replaces dump_json or os.write cannot change what is sent."""
+    data = dumps(obj).encode("utf-8", "surrogateescape")
     view = memoryview(pack(">I", len(data)) + data)
     while view:
         view = view[write(RESULT_FD, view):]

@@ -1,5 +1,6 @@
 """The executor's pure parts: the plain-data encoding, framing, and the seccomp program."""
 
+import json
 import os
 
 import pytest
@@ -52,6 +53,21 @@ def test_frames_round_trip_and_garbage_is_reported() -> None:
     assert executor.parse_frames(data + b"\x00\x00")[1] == "trailing bytes on the result pipe"
     assert executor.parse_frames(data[:-1])[1] == "truncated result frame"
     assert executor.parse_frames(b"\x00\x00\x00\x02{x")[1] == "malformed result frame"
+
+
+@pytest.mark.parametrize("value", [
+    {"k": "ret", "v": [1, -2.5, "é\udcff", None, True, {"t": []}]}, float("inf"), 10 ** 40, "",
+])
+def test_json_helpers_match_the_json_module(value) -> None:
+    text = executor.dump_json(value)
+    assert text == json.dumps(value, separators=(",", ":"))
+    assert executor.load_json(text) == json.loads(text)
+
+
+def test_load_json_takes_exactly_one_value() -> None:
+    for text in ["", "[1] [2]", "{", "nope", " 1"]:
+        with pytest.raises(ValueError):
+            executor.load_json(text)
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="the deny-list has x86_64 numbers")
