@@ -1,4 +1,4 @@
-"""The sandbox executor: a warm zygote that forks one fresh, isolated child per test.
+"""The sandbox executor: a warm zygote that forks fresh, isolated children for each test.
 
 This file is a standalone script that imports only the standard library, so the same file runs
 on the host (`python3 executor.py` inside `unshare`, see backends.py) and inside the docker
@@ -19,11 +19,12 @@ Requests and their replies:
   `{"ok", "results": [result...]}`, one result per test, run one after another (with
   `stop_on_abnormal`, up to the first test that did not exit with status 0), or
   `{"ok": false, "missing_binary"}`. A test is `{"mode": "stdio"|"call"|"harness", "stdin",
-  "args", "fn_name", "harness", "entry_point", "call_check", "time_limit_s",
+  "args", "fn_name", "harness", "entry_point", "call_check", "names", "time_limit_s",
   "memory_limit_mb"}`. A result carries `exit_code`/`signal`, `wall_s`, `cpu_s`, `maxrss_kb`,
-  the capped `stdout` and the tail of `stderr`, `timed_out`, `output_exceeded`, `ready` (the
-  child got through our setup), the child's result `frames`, `frame_error`, and `completed`
-  (the harness returned normally, proven by the per-run nonce).
+  the capped `stdout` and the tail of `stderr`, `timed_out`, `output_exceeded`, `killed` (the
+  zygote killed it), `ready` (the child got through our setup), the child's result `frames`
+  and `frame_error`. A harness test runs two children, the program's and the harness's (see
+  run_harness): its result is the program's, with the harness child's under `"harness"`.
 - `{"op": "compile", "hash", "source", "argv", "time_limit_s", "memory_limit_mb",
   "return_binary"}` -> `{"ok", "compiled", "stderr", "timed_out", "binary_b64"}`: runs the
   compiler in a child under the same isolation and keeps the binary (a memfd) under `hash`.
@@ -31,10 +32,11 @@ Requests and their replies:
 - `{"op": "ping"}` -> `{"ok", "pid1"}`.
 
 The executor never receives expected outputs: stdout, return values and harness check values
-go back to the judge, which compares them. Everything a child can forge (its stdout, its result
-frames) can only make its own verdict worse unless it also knows the expected values.
+go back to the judge, which compares them. Everything a program can forge (its stdout, its
+result frames) can only make its own verdict worse unless it also knows the expected values;
+the checks of a harness are reported by a child that never runs program code.
 
-The child, per test: new session and process group; stdin from a memfd holding the input;
+A child, per test: new session and process group; stdin from a memfd holding the input;
 stdout/stderr/result pipes read by the zygote with caps; all other descriptors closed (in
 particular the zygote's request and reply pipes); a private work directory; a non-root uid;
 rlimits (CPU, AS, NPROC, FSIZE, NOFILE); a per-test seccomp filter on top; then `exec` of the
@@ -66,6 +68,7 @@ import struct
 import sys
 import time
 import traceback
+import types
 
 # Modules solutions and harnesses commonly import, loaded once here so a child does not pay
 # for them; each one also makes every fork a little dearer, so the list stays short.
@@ -77,9 +80,12 @@ PRELOAD = (
 WORK = "/sandbox"  # work directories inside the minimal root (isolate_fs)
 RESULT_FD = 3  # the child's pipe for result frames (return values, harness checks, done)
 EXEC_FD = 4  # a binary child's memfd of the program, close-on-exec
-NONCE_FD = 4  # the child's pipe holding the per-run nonce, read only after the harness returned
+# A harness test's two processes talk over two pipes: each reads the other's frames on
+# PEER_IN_FD and writes its own on PEER_OUT_FD (see run_harness).
+PEER_IN_FD = 4
+PEER_OUT_FD = 5
 MAX_FRAME = 1 << 30
-# Written by a child's setup code just before the program starts (see run_one).
+# Written by a child's setup code just before the program starts (see run_children).
 READY_FRAME = struct.pack(">I", len(b'{"k":"ready"}')) + b'{"k":"ready"}'
 
 SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -93,44 +99,50 @@ class NotPlainData(TypeError):
     """A value that is not built from exact built-in plain types."""
 
 
-def encode_plain(value, depth=0):
-    """JSON-ready tree of `value`; exact types only, so a subclass or custom object is refused."""
+def encode_plain(value, depth=0, opaque=None):
+    """JSON-ready tree of `value`; exact types only, so a subclass or custom object is refused,
+    or, with `opaque`, stands in the tree as whatever `opaque(obj)` returns (a handle)."""
     if depth > 100:
         raise NotPlainData("nesting deeper than 100")
     t = type(value)
     if value is None or t is bool or t is int or t is float or t is str:
         return value
     if t is list:
-        return [encode_plain(v, depth + 1) for v in value]
+        return [encode_plain(v, depth + 1, opaque) for v in value]
     if t is tuple:
-        return {"t": [encode_plain(v, depth + 1) for v in value]}
+        return {"t": [encode_plain(v, depth + 1, opaque) for v in value]}
     if t is dict:
-        return {"d": [[encode_plain(k, depth + 1), encode_plain(v, depth + 1)]
+        return {"d": [[encode_plain(k, depth + 1, opaque), encode_plain(v, depth + 1, opaque)]
                       for k, v in value.items()]}
     if t is set or t is frozenset:
-        return {"s" if t is set else "f": [encode_plain(v, depth + 1) for v in value]}
+        return {"s" if t is set else "f": [encode_plain(v, depth + 1, opaque) for v in value]}
     if t is bytes:
         return {"b": value.hex()}
+    if opaque is not None:
+        return opaque(value)
     raise NotPlainData(f"a value of type {t.__name__} is not plain data")
 
 
-def decode_plain(tree):
-    """Inverse of `encode_plain`: fresh objects of exact built-in types."""
+def decode_plain(tree, opaque=None):
+    """Inverse of `encode_plain`: fresh objects of exact built-in types, and `opaque(node)` for
+    a handle node `{"h": ...}` when `opaque` is given (otherwise a handle is malformed)."""
     t = type(tree)
     if tree is None or t is bool or t is int or t is float or t is str:
         return tree
     if t is list:
-        return [decode_plain(v) for v in tree]
+        return [decode_plain(v, opaque) for v in tree]
+    if t is dict and opaque is not None and "h" in tree:
+        return opaque(tree)
     if t is dict and len(tree) == 1:
         (tag, body), = tree.items()
         if tag == "t":
-            return tuple(decode_plain(v) for v in body)
+            return tuple(decode_plain(v, opaque) for v in body)
         if tag == "d":
-            return {decode_plain(k): decode_plain(v) for k, v in body}
+            return {decode_plain(k, opaque): decode_plain(v, opaque) for k, v in body}
         if tag == "s":
-            return {decode_plain(v) for v in body}
+            return {decode_plain(v, opaque) for v in body}
         if tag == "f":
-            return frozenset(decode_plain(v) for v in body)
+            return frozenset(decode_plain(v, opaque) for v in body)
         if tag == "b":
             return bytes.fromhex(body)
     raise NotPlainData(f"malformed plain-data tree: {str(tree)[:80]}")
@@ -184,13 +196,17 @@ def send_frame(fd, obj):
     write_all(fd, struct.pack(">I", len(data)) + data)
 
 
-def recv_frame(fd):
+class FrameTooLarge(ValueError):
+    """A frame longer than the reader accepts."""
+
+
+def recv_frame(fd, limit=MAX_FRAME):
     head = read_exact(fd, 4)
     if head is None:
         return None
     (n,) = struct.unpack(">I", head)
-    if n > MAX_FRAME:
-        raise ValueError(f"frame of {n} bytes is over the limit")
+    if n > limit:
+        raise FrameTooLarge(f"frame of {n} bytes is over the limit")
     body = read_exact(fd, n)
     if body is None:
         return None
@@ -323,7 +339,8 @@ class Slot:
         self.output_limit = 8 << 20
         self.counter = 0
         self.base_vm = 0
-        self.pristine_builtins = tuple(builtins.__dict__.items())
+        # Taken before any program runs: a program's process may change its builtins.
+        self.builtin_names = frozenset(builtins.__dict__)
         self.codes = {}
         # A child's std streams, built once: they wrap fds 0-2, which a child points at its
         # test's pipes before first use, so the zygote's own copies are never touched.
@@ -452,13 +469,6 @@ def drop_privileges(slot, workdir):
         os.setuid(slot.uid)
 
 
-def plain_copy(value):
-    """A fresh plain-data copy of `value`, so harness comparisons never call program code."""
-    if type(value) is type and value.__module__ == "builtins":
-        return value
-    return decode_plain(encode_plain(value))
-
-
 def emit(obj, dumps=dump_json, pack=struct.pack, write=os.write):
     """Send one result frame from a Python child. The functions are bound here, in the zygote,
     so a program that replaces dump_json or os.write cannot change what is sent."""
@@ -468,8 +478,9 @@ def emit(obj, dumps=dump_json, pack=struct.pack, write=os.write):
         view = view[write(RESULT_FD, view):]
 
 
-def child_python(slot, code, test, workdir, fds):
-    """Runs in the forked child; never returns."""
+def child_python(slot, run, test, workdir, fds):
+    """Runs in the forked child: our setup, then `run(emit)` (the program, or a harness that
+    calls into a program process); never returns."""
     # Bound before the program runs, which may replace these names where they are defined.
     exit_now, send = os._exit, emit
     status = 1
@@ -477,15 +488,16 @@ def child_python(slot, code, test, workdir, fds):
     try:
         if not slot.pid1:
             os.setsid()
-        stdin_fd, out_w, err_w, res_w, nonce_r = fds
+        stdin_fd, out_w, err_w, res_w, peer = fds
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.dup2(res_w, RESULT_FD)
         last = RESULT_FD
-        if nonce_r is not None:
-            os.dup2(nonce_r, NONCE_FD)
-            last = NONCE_FD
+        if peer is not None:
+            os.dup2(peer[0], PEER_IN_FD)
+            os.dup2(peer[1], PEER_OUT_FD)
+            last = PEER_OUT_FD
         os.closerange(last + 1, 1 << 16)
         drop_privileges(slot, workdir)
         mem = int(test.get("memory_limit_mb", 512)) << 20
@@ -494,9 +506,8 @@ def child_python(slot, code, test, workdir, fds):
             load_seccomp(slot.seccomp_py[1])
         sys.stdin, out, err = slot.streams
         sys.stdout, sys.stderr = out, err
-        sys.setrecursionlimit(100000)
         os.write(RESULT_FD, READY_FRAME)
-        status = run_python(slot, code, test, send)
+        status = run(send)
     except SystemExit as e:
         status = 0 if e.code in (None, 0) else (e.code if isinstance(e.code, int) else 1)
         if test.get("mode") != "stdio":
@@ -518,54 +529,394 @@ def child_python(slot, code, test, workdir, fds):
 
 
 def run_python(slot, code, test, emit):
+    """The program's process: run the program, then do what the test asks of it."""
     mode = test.get("mode", "stdio")
+    request = None
+    if mode == "harness":
+        # No program code runs before the harness process has finished its setup, which it
+        # says by sending its first request: by then it is unreadable to this process.
+        request = recv_frame(PEER_IN_FD)
+        if request is None:
+            return 0
+    sys.setrecursionlimit(100000)
     g = {"__name__": "__main__" if mode == "stdio" else "solution", "__builtins__": builtins}
     exec(code if not isinstance(code, str) else compile(code, "main.py", "exec"), g)
     if mode == "stdio":
         return 0
-    if mode == "call":
-        fn_name = test["fn_name"]
-        fn = g.get(fn_name)
-        if fn is None and "Solution" in g:
-            fn = getattr(g["Solution"](), fn_name)
-        if fn is None:
-            raise NameError(f"the program defines no function {fn_name!r}")
-        args = decode_plain(test.get("args", []))
-        result = fn(*args)
-        try:
-            value = encode_plain(result)
-        except NotPlainData as e:
-            emit({"k": "notplain", "m": str(e)})
-            return 0
-        emit({"k": "ret", "v": value})
+    if mode == "harness":
+        return serve_harness(slot, g, request)
+    fn_name = test["fn_name"]
+    fn = g.get(fn_name)
+    if fn is None and "Solution" in g:
+        fn = getattr(g["Solution"](), fn_name)
+    if fn is None:
+        raise NameError(f"the program defines no function {fn_name!r}")
+    args = decode_plain(test.get("args", []))
+    result = fn(*args)
+    try:
+        value = encode_plain(result)
+    except NotPlainData as e:
+        emit({"k": "notplain", "m": str(e)})
         return 0
-    return run_harness(slot, g, test, emit)
+    emit({"k": "ret", "v": value})
+    return 0
 
 
-def run_harness(slot, g, test, emit):
-    pristine = dict(slot.pristine_builtins)
-    h = {k: v for k, v in g.items() if k not in pristine and not k.startswith("__rlrun")}
+# ---------------------------------------------------------------------------------------------
+# Harness tests: the program and the harness in two processes.
+#
+# A harness (HumanEval's `check(candidate)`, MBPP's asserts) runs in a process that never runs
+# program code, so nothing the program does to its own process (replacing our functions,
+# walking frames, ctypes) can touch a check's verdict or see what the harness computes. The
+# program runs in a second process and answers, over a pair of pipes, what the harness does
+# with the program's objects: look up a global it names, call a function, read an attribute.
+# Arguments and answers cross as plain data (fresh objects on the other side); an object that
+# is not plain data (a function, a class, an instance, a generator) stays in the program's
+# process and the harness holds a handle to it. So the program only ever sees the arguments
+# of its own calls and can only choose its own answers, which is what it is judged on.
+
+class ProgramGone(BaseException):
+    """The program process stopped answering the harness, or answered out of protocol. A
+    BaseException, so a harness's `except Exception` does not carry on without it."""
+
+
+class ProgramObject:
+    """An object of the program in the harness process: calling it or reading an attribute asks
+    the program process; using it as data (truth, comparison, hashing, iteration, arithmetic)
+    is refused, because only plain data counts as an answer."""
+
+    __slots__ = ("_rlrun_channel", "_rlrun_handle", "_rlrun_type")
+
+    def __init__(self, channel, handle, type_name):
+        self._rlrun_channel = channel
+        self._rlrun_handle = handle
+        self._rlrun_type = type_name
+
+    def __call__(self, *args, **kwargs):
+        return self._rlrun_channel.call(self, args, kwargs)
+
+    def __getattr__(self, name):
+        # Dunder lookups (copy's __deepcopy__, pickling...) never reach the program.
+        if name[:2] == "__" == name[-2:]:
+            raise AttributeError(name)
+        return self._rlrun_channel.attr(self, name)
+
+    def __repr__(self):
+        return f"<the program's {self._rlrun_type}>"
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def _refuse_as_data(self, *_):
+    raise self._rlrun_channel.not_plain(f"{self!r} is not plain data")
+
+
+for _name in ("__bool__", "__len__", "__iter__", "__contains__", "__getitem__", "__hash__",
+              "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__int__", "__float__",
+              "__index__", "__neg__", "__abs__", "__add__", "__radd__", "__sub__", "__rsub__",
+              "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__",
+              "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__"):
+    setattr(ProgramObject, _name, _refuse_as_data)
+
+
+def not_plain(value):
+    """`encode_plain`'s `opaque` for harness values: refuse `value`, naming what it is."""
+    what = repr(value) if type(value) is ProgramObject \
+        else f"a value of type {type(value).__name__}"
+    raise NotPlainData(f"{what} is not plain data")
+
+
+def plain_copy(value):
+    """A fresh plain-data copy of `value`, so harness comparisons never call program code."""
+    if type(value) is type and value.__module__ == "builtins":
+        return value
+    return decode_plain(encode_plain(value, opaque=not_plain))
+
+
+def update_in_place(old, new):
+    """Make `old` equal to `new`, mutating it where both are the same mutable type, so that what
+    the harness still holds of a call's arguments sees what the call did to them (an in-place
+    sort, an appended item); returns the object that now stands for `new`."""
+    t = type(old)
+    if t is not type(new):
+        return new
+    if t is list:
+        if len(old) == len(new):
+            for i, item in enumerate(new):
+                old[i] = update_in_place(old[i], item)
+        else:
+            old[:] = new
+        return old
+    if t is dict:
+        if old.keys() == new.keys():
+            for key, item in new.items():
+                old[key] = update_in_place(old[key], item)
+        else:
+            old.clear()
+            old.update(new)
+        return old
+    if t is set:
+        if old != new:
+            old.clear()
+            old.update(new)
+        return old
+    if t is tuple and len(old) == len(new):
+        # A tuple cannot change, but the lists inside it can.
+        items = [update_in_place(a, b) for a, b in zip(old, new, strict=True)]
+        return old if all(a is b for a, b in zip(old, items, strict=True)) else tuple(items)
+    return new
+
+
+class Channel:
+    """The harness process's end of the pipes to the program process. Every answer is decoded
+    into fresh plain data or handles (ProgramObject), so no object and no code of the program
+    ever exists in this process; an answer out of protocol ends the harness (ProgramGone)."""
+
+    def __init__(self, emit, limit):
+        self.emit = emit
+        self.limit = limit  # bytes of one answer, the cap on a test's output
+        self.objects = {}
+        self.builtins = builtins.__dict__
+
+    def ask(self, request):
+        try:
+            send_frame(PEER_OUT_FD, request)
+            reply = recv_frame(PEER_IN_FD, self.limit)
+        except FrameTooLarge:
+            raise self.gone("the program's answer is over the output limit",
+                            "output_limit") from None
+        except OSError:  # the program closed its end
+            reply = None
+        except (ValueError, RecursionError):
+            raise self.gone("the program's answer to the harness is malformed") from None
+        if reply is None:
+            raise self.gone("the program stopped answering the harness (it exited or closed "
+                            "its pipes)")
+        if type(reply) is not dict:
+            raise self.gone("the program's answer to the harness is malformed")
+        return reply
+
+    def gone(self, why, status="wrong_answer"):
+        self.emit({"k": "gone", "m": why, "s": status})
+        return ProgramGone(why)
+
+    def not_plain(self, what):
+        self.emit({"k": "np", "m": what})
+        return NotPlainData(what)
+
+    def value(self, tree):
+        try:
+            return decode_plain(tree, self.handle)
+        except (NotPlainData, TypeError, ValueError, KeyError, RecursionError):
+            raise self.gone("the program's answer to the harness is malformed") from None
+
+    def handle(self, node):
+        n, type_name = node.get("h"), node.get("n")
+        if type(n) is not int or type(type_name) is not str or len(node) != 2:
+            raise NotPlainData("malformed handle")
+        obj = self.objects.get(n)
+        if obj is None:
+            obj = self.objects[n] = ProgramObject(self, n, type_name[:80])
+        return obj
+
+    def argument(self, value):
+        """`opaque` for the harness's arguments: the program's own objects go as handles."""
+        if type(value) is ProgramObject:
+            return {"h": value._rlrun_handle, "n": value._rlrun_type}
+        what = f"a value of type {type(value).__name__}"
+        self.emit({"k": "unsupported", "m": what})
+        raise NotPlainData(f"the harness passes {what} to the program: only plain data and "
+                           "the program's own objects can be passed")
+
+    def globals(self, names, entry):
+        """The program's globals among `names` (and its entry point) for the harness."""
+        reply = self.ask({"o": "g", "n": names, "e": entry})
+        found = reply.get("g")
+        if type(found) is not dict:
+            raise self.gone("the program's answer to the harness is malformed")
+        g = {}
+        for name in names:
+            if name not in found:
+                continue
+            node = found[name]
+            if type(node) is dict and len(node) == 1 and type(node.get("m")) is str:
+                # A module the program imported: the harness gets its own, untouched copy.
+                try:
+                    __import__(node["m"])
+                    g[name] = sys.modules[node["m"]]
+                except Exception:  # noqa: BLE001 - a name the harness uses stays undefined
+                    pass
+            else:
+                g[name] = self.value(node)
+        return g, (self.value(reply["e"]) if "e" in reply else None)
+
+    def call(self, obj, args, kwargs):
+        request = {"o": "c", "h": obj._rlrun_handle,
+                   "a": encode_plain(list(args), opaque=self.argument),
+                   "k": encode_plain(kwargs, opaque=self.argument)}
+        reply = self.outcome(self.ask(request))
+        if "a" in reply:
+            after = self.value(reply["a"])
+            if not (type(after) is list and len(after) == 2 and type(after[0]) is list
+                    and len(after[0]) == len(args) and type(after[1]) is dict
+                    and after[1].keys() == kwargs.keys()):
+                raise self.gone("the program's answer to the harness is malformed")
+            for old, new in zip(args, after[0], strict=True):
+                update_in_place(old, new)
+            for key, old in kwargs.items():
+                update_in_place(old, after[1][key])
+        return self.value(reply["r"])
+
+    def attr(self, obj, name):
+        return self.value(self.outcome(self.ask({"o": "a", "h": obj._rlrun_handle,
+                                                "n": name}))["r"])
+
+    def outcome(self, reply):
+        """`reply` if it carries a value; raises the exception the program raised instead."""
+        if "x" not in reply:
+            if "r" not in reply:
+                raise self.gone("the program's answer to the harness is malformed")
+            return reply
+        cls = self.builtins.get(reply["x"]) if type(reply["x"]) is str else None
+        if not (type(cls) is type and issubclass(cls, Exception)):
+            raise self.gone("the program's answer to the harness is malformed")
+        args = self.value(reply.get("a", {"t": []}))
+        if type(args) is not tuple:
+            raise self.gone("the program's answer to the harness is malformed")
+        exc = None
+        for base in cls.__mro__:
+            for attempt in (args, ()):
+                try:
+                    exc = base(*attempt)
+                    break
+                except Exception:  # noqa: BLE001, S112 - a built-in that wants other arguments
+                    continue
+            if exc is not None:
+                break
+        if type(reply.get("tb")) is str:
+            exc.add_note("raised in the program:\n" + reply["tb"][-2000:])
+        raise exc
+
+
+def run_harness(slot, test, emit):
+    """The harness process: runs the harness with the program's objects as handles. Its reports
+    (checks, completion) are the only evidence the judge takes for the test."""
+    # Same uid as the program's process: not dumpable, so that process cannot open our memory.
+    LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    channel = Channel(emit, slot.output_limit)
+    entry = test.get("entry_point") if test.get("call_check") else None
+    g, candidate = channel.globals(list(test.get("names", [])), entry)
 
     def site(i, value):
         try:
-            emit({"k": "site", "i": i, "v": encode_plain(value)})
+            emit({"k": "site", "i": i, "v": encode_plain(value, opaque=not_plain)})
         except NotPlainData as e:
             emit({"k": "site", "i": i, "np": str(e)})
 
     def plain(value):
-        return plain_copy(value)
+        try:
+            return plain_copy(value)
+        except NotPlainData as e:
+            raise channel.not_plain(str(e)) from None
 
-    h.update(__builtins__=pristine, __name__="__main__", __rlrun_site=site, __rlrun_plain=plain)
+    # No program code runs in this process, so its builtins are untouched.
+    h = dict(g, __builtins__=builtins, __name__="__main__",
+             __rlrun_site=site, __rlrun_plain=plain)
     harness = test["harness_code"]
     exec(harness if not isinstance(harness, str) else compile(harness, "<harness>", "exec"), h)
-    entry = test.get("entry_point")
     if test.get("call_check"):
-        candidate = g.get(entry)
         if candidate is None:
             raise NameError(f"the program defines no function {entry!r}")
         h["check"](candidate)
-    nonce = os.read(NONCE_FD, 64)
-    emit({"k": "done", "n": nonce.decode("ascii", "replace")})
+    emit({"k": "done"})
+    return 0
+
+
+class ProgramSide:
+    """The program process's end: the program's objects the harness holds handles to."""
+
+    def __init__(self, slot, g):
+        self.g = g
+        self.builtin_names = slot.builtin_names
+        self.objects = []
+        self.handles = {}
+
+    def handle(self, obj):
+        n = self.handles.get(id(obj))
+        if n is None:
+            n = self.handles[id(obj)] = len(self.objects)
+            self.objects.append(obj)  # kept alive, so its id stays its own
+        return {"h": n, "n": type(obj).__name__[:80]}
+
+    def encode(self, value):
+        try:
+            return encode_plain(value, opaque=self.handle)
+        except NotPlainData:  # nested deeper than plain data goes: one object as a whole
+            return self.handle(value)
+
+    def lookup(self, node):
+        return self.objects[node["h"]]
+
+    def answer(self, req):
+        op = req.get("o")
+        if op == "g":
+            found = {}
+            for name in req["n"]:
+                if name in self.g and name not in self.builtin_names:
+                    value = self.g[name]
+                    found[name] = {"m": value.__name__} if type(value) is types.ModuleType \
+                        else self.encode(value)
+            reply = {"g": found}
+            if req.get("e") in self.g:
+                reply["e"] = self.encode(self.g[req["e"]])
+            return reply
+        target = self.objects[req["h"]]
+        try:
+            if op == "a":
+                value = getattr(target, req["n"])
+            else:
+                args = decode_plain(req["a"], self.lookup)
+                kwargs = decode_plain(req["k"], self.lookup)
+                value = target(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the program's exception is its answer
+            return self.raised(e)
+        reply = {"r": self.encode(value)}
+        if op == "c":
+            after = [self.encode(args), self.encode(kwargs)]
+            if after != [req["a"], req["k"]]:
+                reply["a"] = after
+        return reply
+
+    def raised(self, e):
+        """The answer for an exception: its nearest built-in type, its arguments if they are
+        plain data, and the program's traceback (shown if the harness does not catch it)."""
+        name = "Exception"
+        for cls in type(e).__mro__:
+            if cls.__module__ == "builtins" and cls.__name__ in self.builtin_names:
+                name = cls.__name__
+                break
+        reply = {"x": name}
+        try:
+            reply["a"] = encode_plain(tuple(e.args))
+        except Exception:  # noqa: BLE001 - the program's own exception object misbehaves
+            pass
+        try:
+            reply["tb"] = "".join(traceback.format_exception(e, limit=-8))[-2000:]
+        except Exception:  # noqa: BLE001
+            pass
+        return reply
+
+
+def serve_harness(slot, g, request):
+    """Answer the harness process until it closes the pipes (see run_harness)."""
+    side = ProgramSide(slot, g)
+    while request is not None:
+        send_frame(PEER_OUT_FD, side.answer(request))
+        request = recv_frame(PEER_IN_FD)
     return 0
 
 
@@ -574,7 +925,7 @@ def child_exec(slot, program, argv, workdir, fds, limits, use_seccomp):
     try:
         if not slot.pid1:
             os.setsid()
-        stdin_fd, out_w, err_w, res_w, nonce_r = fds
+        stdin_fd, out_w, err_w, res_w, _ = fds
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
@@ -603,10 +954,27 @@ def child_exec(slot, program, argv, workdir, fds, limits, use_seccomp):
 # ---------------------------------------------------------------------------------------------
 # The zygote side of one test.
 
-def run_one(slot, start_child, stdin_data, wall_s, frames=False, nonce=False):
-    """Fork one child for one test and supervise it (`frames`: see supervise); with `nonce`, the
-    child gets a pipe (fd 4) holding a per-run secret that the harness sends back to prove it
-    completed."""
+class Kid:
+    """A forked test process as the zygote tracks it: its pid, the read ends of its stdout,
+    stderr and result pipes, and its work directory."""
+
+    __slots__ = ("pid", "out_r", "err_r", "res_r", "workdir")
+
+    def __init__(self, pid, out_r, err_r, res_r, workdir):
+        self.pid, self.out_r, self.err_r, self.res_r = pid, out_r, err_r, res_r
+        self.workdir = workdir
+
+    def close(self):
+        for fd in (self.out_r, self.err_r, self.res_r):
+            os.close(fd)
+        cleanup_dir(self.workdir)
+
+
+def fork_child(slot, start_child, stdin_data, peer=None):
+    """Fork one test process with a fresh work directory, stdin from a memfd holding
+    `stdin_data`, pipes for its output and result frames and, for the two processes of a
+    harness test, `peer`: its ends of the pipes between them. `start_child(workdir, fds)` runs
+    in the child."""
     slot.counter += 1
     workdir = f"{slot.work_root}/t{slot.counter}"
     os.mkdir(workdir, 0o700)
@@ -619,81 +987,129 @@ def run_one(slot, start_child, stdin_data, wall_s, frames=False, nonce=False):
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     res_r, res_w = os.pipe2(os.O_CLOEXEC)
-    nonce_r, nonce_w = os.pipe2(os.O_CLOEXEC) if nonce else (None, None)
+    # Fresh entropy for `random` in every child, drawn just before its fork: no other child
+    # (in particular the program's, beside a harness process) holds a copy.
     slot.reseed_random()
-    t0 = time.monotonic()
     pid = os.fork()
     if pid == 0:
         try:
-            start_child(workdir, (stdin_fd, out_w, err_w, res_w, nonce_r))
+            start_child(workdir, (stdin_fd, out_w, err_w, res_w, peer))
         finally:
             os._exit(127)
     for fd in (stdin_fd, out_w, err_w, res_w):
         os.close(fd)
-    secret = ""
-    if nonce:
-        # The nonce exists only after the fork, so no copy of it is in the child's memory; the
-        # read end stays open here until it is written, so a child that exited cannot break it.
-        secret = os.urandom(16).hex()
-        os.write(nonce_w, secret.encode())
-        os.close(nonce_r)
+    return Kid(pid, out_r, err_r, res_r, workdir)
+
+
+def run_children(slot, kids, t0, wall_s, frames):
+    """Supervise `kids` (see supervise) and clean up after them; one result each."""
     try:
-        result = supervise(slot, pid, (out_r, err_r, res_r), t0, wall_s, frames)
+        raws = supervise(slot, kids, t0, wall_s, frames)
     finally:
-        for fd in (out_r, err_r, res_r):
-            os.close(fd)
-        if nonce:
-            os.close(nonce_w)
-        cleanup_dir(workdir)
+        for kid in kids:
+            kid.close()
         for d in slot.sweep:
             sweep_dir(d, slot.keep)
-    res = result.pop("res")
-    # The setup code writes "ready" before any program code runs, so a child without it died
-    # in our code (a sandbox fault) and one with it cannot pretend otherwise.
-    result["ready"] = res.startswith(READY_FRAME)
-    frames, bad = parse_frames(res[len(READY_FRAME):] if result["ready"] else res)
-    result["start_error"] = next((fr.get("m", "") for fr in frames[:1]
-                                  if isinstance(fr, dict) and fr.get("k") == "execfail"), "")
-    done = [fr for fr in frames if isinstance(fr, dict) and fr.get("k") == "done"]
-    result["frames"] = [fr for fr in frames if not (isinstance(fr, dict) and fr.get("k") == "done")]
-    result["frame_error"] = bad
-    result["completed"] = nonce and len(done) == 1 and done[0].get("n") == secret
-    return result
+    results = []
+    for result in raws:
+        res = result.pop("res")
+        # The setup code writes "ready" before any program code runs, so a child without it
+        # died in our code (a sandbox fault) and one with it cannot pretend otherwise.
+        result["ready"] = res.startswith(READY_FRAME)
+        frames, bad = parse_frames(res[len(READY_FRAME):] if result["ready"] else res)
+        result["start_error"] = next((fr.get("m", "") for fr in frames[:1]
+                                      if isinstance(fr, dict) and fr.get("k") == "execfail"), "")
+        result["frames"] = frames
+        result["frame_error"] = bad
+        results.append(result)
+    return results
 
 
-def supervise(slot, pid, fds, t0, wall_s, frames):
-    """Read the child's pipes (capped) until it exits and they close, or a limit is hit; then
-    kill everything the test started and reap it.
+def run_one(slot, start_child, stdin_data, wall_s, frames=False):
+    """Fork one child for one test and supervise it (`frames`: see supervise)."""
+    t0 = time.monotonic()
+    return run_children(slot, [fork_child(slot, start_child, stdin_data)], t0, wall_s,
+                        frames)[0]
+
+
+def run_pair(slot, code, test):
+    """A harness test: the program's process and the harness's (see run_harness), joined by
+    two pipes, under one wall clock. The result is the program's, with the harness process's
+    under "harness"; the test is over when the harness process exits."""
+    wall_s = float(test.get("time_limit_s", 2.0))
+    ask_r, ask_w = os.pipe2(os.O_CLOEXEC)
+    answer_r, answer_w = os.pipe2(os.O_CLOEXEC)
+    kids = []
+    t0 = time.monotonic()
+    try:
+        kids.append(fork_child(
+            slot, lambda workdir, fds: child_python(
+                slot, lambda send: run_python(slot, code, test, send), test, workdir, fds),
+            test.get("stdin", "").encode("utf-8", "surrogateescape"), (ask_r, answer_w)))
+        kids.insert(0, fork_child(
+            slot, lambda workdir, fds: child_python(
+                slot, lambda send: run_harness(slot, test, send), test, workdir, fds),
+            b"", (answer_r, ask_w)))
+    except BaseException:
+        kill_rest(slot, [kid.pid for kid in kids])
+        for kid in kids:
+            os.waitpid(kid.pid, 0)
+            kid.close()
+        raise
+    finally:
+        # Only the two children hold these now, so either one's exit is EOF to the other.
+        for fd in (ask_r, ask_w, answer_r, answer_w):
+            os.close(fd)
+    harness, program = run_children(slot, kids, t0, wall_s, frames=True)
+    program["harness"] = harness
+    program["ready"] = program["ready"] and harness["ready"]
+    program["start_error"] = program["start_error"] or harness["start_error"]
+    return program
+
+
+def supervise(slot, kids, t0, wall_s, frames):
+    """Read the children's pipes (capped) until the first of `kids` exits and the pipes close,
+    or a limit is hit; then kill everything the test started and reap it. One result per kid;
+    `killed` says the zygote killed it (the test was over or out of time).
 
     Without `frames` (a stdio or binary test) the result pipe carries only our few-byte setup
     frames, so it is read once everything is dead instead of waking the zygote while the test
     runs; whatever more a program writes there can only stall the program itself."""
-    out_r, err_r, res_r = fds
-    bufs = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray()}
-    caps = {out_r: slot.output_limit, err_r: 1 << 16, res_r: slot.output_limit}
-    pidfd = os.pidfd_open(pid)
+    bufs, caps, errs = {}, {}, set()
     poller = select.poll()
-    watched = (out_r, err_r, res_r) if frames else (out_r, err_r)
-    for fd in (*watched, pidfd):
-        poller.register(fd, select.POLLIN)
-    open_pipes = len(watched)
-    # Until the child exits, the wall-clock limit; after, a short grace for its pipes to close
-    # (everything else the test started is killed at that moment).
+    pidfds = {}
+    for k, kid in enumerate(kids):
+        bufs.update({kid.out_r: bytearray(), kid.err_r: bytearray(), kid.res_r: bytearray()})
+        caps.update({kid.out_r: slot.output_limit, kid.err_r: 1 << 16,
+                     kid.res_r: slot.output_limit})
+        errs.add(kid.err_r)
+        for fd in (kid.out_r, kid.err_r, kid.res_r) if frames else (kid.out_r, kid.err_r):
+            poller.register(fd, select.POLLIN)
+        pidfd = os.pidfd_open(kid.pid)
+        pidfds[pidfd] = k
+        poller.register(pidfd, select.POLLIN)
+    open_pipes = (3 if frames else 2) * len(kids)
+    pids = [kid.pid for kid in kids]
+    killed = None  # which kids were still running when the test ended
+    # Until the first child exits, the wall-clock limit; after, a short grace for the pipes to
+    # close (everything else the test started is killed at that moment).
     until = t0 + wall_s
-    timed_out = exceeded = exited = False
+    timed_out = exceeded = done = False
     try:
-        while (open_pipes or not exited) and not exceeded:
+        while (open_pipes or not done) and not exceeded:
             left = until - time.monotonic()
             if left <= 0:
-                timed_out = not exited
+                timed_out = not done
                 break
             # Pipes are blocking: poll only reports one with data or at EOF, so a read returns.
             for fd, _ in poller.poll(int(left * 1000) + 1):
-                if fd == pidfd:
-                    poller.unregister(pidfd)
-                    exited = True
-                    kill_rest(slot, pid)
-                    until = time.monotonic() + 0.2
+                if fd in pidfds:
+                    poller.unregister(fd)
+                    if pidfds[fd] == 0:
+                        done = True
+                        killed = [False] + [running(pid) for pid in pids[1:]]
+                        kill_rest(slot, pids)
+                        until = time.monotonic() + 0.2
                     continue
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
@@ -704,51 +1120,69 @@ def supervise(slot, pid, fds, t0, wall_s, frames):
                 room = caps[fd] - len(buf)
                 if len(chunk) > room:
                     buf += chunk[:room]
-                    exceeded = exceeded or fd != err_r
+                    exceeded = exceeded or fd not in errs
                 else:
                     buf += chunk
     finally:
-        os.close(pidfd)
-        if not exited:
-            kill_rest(slot, pid)
-    _, status, ru = os.wait4(pid, 0)
+        for pidfd in pidfds:
+            os.close(pidfd)
+        if not done:
+            killed = [running(pid) for pid in pids]
+            kill_rest(slot, pids)
+    waited = [os.wait4(kid.pid, 0) for kid in kids]
     wall = time.monotonic() - t0
     reap_orphans()
-    if not frames:
-        # Everything the test started is dead or dying: take what the pipe holds, never wait.
-        os.set_blocking(res_r, False)
-        res = bufs[res_r]
-        try:
-            while chunk := os.read(res_r, 1 << 16):
-                res += chunk
-        except BlockingIOError:
-            pass
-        exceeded = exceeded or len(res) > caps[res_r]
-        del res[caps[res_r]:]
-    result = {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss,
-              "timed_out": timed_out, "output_exceeded": exceeded,
-              "stdout": bufs[out_r].decode("utf-8", "surrogateescape"),
-              "stderr": bufs[err_r][-4096:].decode("utf-8", "replace"), "res": bytes(bufs[res_r])}
-    if os.WIFSIGNALED(status):
-        result["signal"] = os.WTERMSIG(status)
-        result["exit_code"] = None
-    else:
-        result["signal"] = None
-        result["exit_code"] = os.WEXITSTATUS(status)
-    return result
-
-
-def kill_rest(slot, pid):
-    """Kill every process the test started: as PID 1 of the namespace, every other process;
-    otherwise the child and its session, which it made first and no process of it can leave."""
-    try:
-        if slot.pid1:
-            os.kill(-1, signal.SIGKILL)
+    results = []
+    for kid, was_killed, (_, status, ru) in zip(kids, killed, waited, strict=True):
+        res = bufs[kid.res_r]
+        if not frames:
+            # Everything the test started is dead or dying: take what the pipe holds, never
+            # wait.
+            os.set_blocking(kid.res_r, False)
+            try:
+                while chunk := os.read(kid.res_r, 1 << 16):
+                    res += chunk
+            except BlockingIOError:
+                pass
+            exceeded = exceeded or len(res) > caps[kid.res_r]
+            del res[caps[kid.res_r]:]
+        result = {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
+                  "maxrss_kb": ru.ru_maxrss, "timed_out": timed_out,
+                  "output_exceeded": exceeded, "killed": was_killed,
+                  "stdout": bufs[kid.out_r].decode("utf-8", "surrogateescape"),
+                  "stderr": bufs[kid.err_r][-4096:].decode("utf-8", "replace"),
+                  "res": bytes(res)}
+        if os.WIFSIGNALED(status):
+            result["signal"] = os.WTERMSIG(status)
+            result["exit_code"] = None
         else:
+            result["signal"] = None
+            result["exit_code"] = os.WEXITSTATUS(status)
+        results.append(result)
+    return results
+
+
+def running(pid):
+    """Whether the child `pid` has not exited yet (it is not reaped here)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+
+
+def kill_rest(slot, pids):
+    """Kill every process the test started: as PID 1 of the namespace, every other process;
+    otherwise each child and its session, which it made first and no process of it can
+    leave."""
+    if slot.pid1:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        return
+    for pid in pids:
+        try:
             os.kill(pid, signal.SIGKILL)
             os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
+        except OSError:
+            pass
 
 
 def reap_orphans(wait_s=2.0):
@@ -843,14 +1277,15 @@ def op_run(slot, req):
         code = cached_compile(slot, req["code"], "main.py")
         for test in req["tests"]:
             mode = test.get("mode", "stdio")
-            harness = mode == "harness"
-            if harness:
+            if mode == "harness":
                 test = dict(test, harness_code=cached_compile(slot, test["harness"], "<harness>"))
-
-            def start(workdir, fds, test=test):
-                child_python(slot, code, test, workdir, fds)
-            r = run_one(slot, start, test.get("stdin", "").encode("utf-8", "surrogateescape"),
-                        float(test.get("time_limit_s", 2.0)), frames=mode != "stdio", nonce=harness)
+                r = run_pair(slot, code, test)
+            else:
+                def start(workdir, fds, test=test):
+                    child_python(slot, lambda send: run_python(slot, code, test, send), test,
+                                 workdir, fds)
+                r = run_one(slot, start, test.get("stdin", "").encode("utf-8", "surrogateescape"),
+                            float(test.get("time_limit_s", 2.0)), frames=mode != "stdio")
             results.append(r)
             if req.get("stop_on_abnormal") and abnormal(r):
                 break
@@ -872,9 +1307,11 @@ def op_run(slot, req):
 
 
 def abnormal(r):
-    """A test that did not end with exit status 0: whatever the judge compares, it failed."""
-    return r["timed_out"] or r["output_exceeded"] or r["signal"] is not None \
-        or r["exit_code"] != 0 or not r["ready"]
+    """A test that did not end with exit status 0 (for a harness test: its harness process):
+    whatever the judge compares, it failed."""
+    ended = r.get("harness", r)
+    return r["timed_out"] or r["output_exceeded"] or ended["signal"] is not None \
+        or ended["exit_code"] != 0 or not r["ready"]
 
 
 def op_compile(slot, req):

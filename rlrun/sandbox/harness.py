@@ -1,27 +1,33 @@
 """Assert-style harnesses (HumanEval `check(candidate)`, MBPP asserts, LeetCode functional),
 rewritten so that only positive evidence can make them pass.
 
-Each `assert` becomes a call that reports a value to the judge over the child's result pipe;
-the judge, not the child, decides whether it held:
+The harness runs in a process of its own that never runs program code (executor.run_harness);
+the program's functions and objects are handles there, served by the program's process. Each
+`assert` becomes a call that reports a value to the judge over the harness process's result
+pipe; the judge, not the sandbox, decides whether it held:
 
 - `assert X == <literal>` (or `<literal> == X`) reports X only. The literal is removed from the
-  code the child runs and kept here, so the expected value never enters the sandbox.
+  code the sandbox runs and kept here, so the expected value never enters the sandbox.
 - `assert X == Y` reports the pair and the judge compares the two decoded values.
 - any other `assert E` reports E, with every operand of a comparison, arithmetic or boolean
-  operator inside E first copied into fresh plain data, so custom `__eq__`, `__lt__`,
-  `__sub__`, `__bool__`... of the program's objects are never called; the judge requires the
-  decoded value to be truthy.
+  operator inside E first copied into fresh plain data; the judge requires the decoded value
+  to be truthy.
 
 Assert messages are dropped (they could call the candidate or print expected values). Values
 are sent in the exact-type plain encoding of `executor.encode_plain`, so an object that is not
 plain data fails its check. A harness passes only if every reported check held, every
 "required" check (one not under an `if`/`while`/`try`/`match` or in a helper function) reported
-at least once, and the child proved with the per-run nonce that the harness returned normally.
+at least once, and the harness process reported that the harness returned normally.
+
+`names` lists the globals the harness uses but does not define (the function MBPP's asserts
+call, LeetCode's `Solution`): the harness process asks the program's process for those.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import symtable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +56,8 @@ class PreparedHarness:
     source: str
     sites: list[Site] = field(default_factory=list)
     call_check: bool = False
+    # Globals the harness uses but does not define: the program's (its function, for MBPP).
+    names: list[str] = field(default_factory=list)
 
 
 class HarnessError(ValueError):
@@ -143,6 +151,22 @@ def _calls_check_at_top(tree: ast.Module) -> bool:
     return False
 
 
+def _program_names(source: str) -> list[str]:
+    """Global names `source` reads but never binds at its top level, built-ins and dunders
+    aside: what the harness can only get from the program."""
+    top = symtable.symtable(source, "<harness>", "exec")
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    names: set[str] = set()
+    tables = [top]
+    while tables:
+        table = tables.pop()
+        names.update(s.get_name() for s in table.get_symbols()
+                     if s.is_global() or (table is top and s.is_referenced()))
+        tables += table.get_children()
+    return sorted(n for n in names - bound
+                  if n not in builtins.__dict__ and not n.startswith("__"))
+
+
 def prepare_harness(harness: str, entry_point: str | None) -> PreparedHarness:
     """Rewrite `harness` for the sandbox; raises HarnessError if it does not parse."""
     try:
@@ -154,4 +178,5 @@ def prepare_harness(harness: str, entry_point: str | None) -> PreparedHarness:
     ast.fix_missing_locations(tree)
     defines_check = any(isinstance(s, ast.FunctionDef) and s.name == "check" for s in tree.body)
     call_check = bool(entry_point) and defines_check and not _calls_check_at_top(tree)
-    return PreparedHarness(ast.unparse(tree), rewriter.sites, call_check)
+    source = ast.unparse(tree)
+    return PreparedHarness(source, rewriter.sites, call_check, _program_names(source))

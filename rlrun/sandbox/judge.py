@@ -388,7 +388,8 @@ def _plan(sub: Submission) -> list[_Case]:
         prepared = prepare_harness(tests.harness, tests.entry_point)
         cases.append(_Case("harness", dict(limits, mode="harness", harness=prepared.source,
                                            entry_point=tests.entry_point,
-                                           call_check=prepared.call_check), prepared))
+                                           call_check=prepared.call_check,
+                                           names=prepared.names), prepared))
     return cases
 
 
@@ -442,28 +443,56 @@ def _verdict(case: _Case, r: dict[str, Any], sub: Submission) -> Verdict:
     base = Verdict("accepted", time_s=round(r.get("wall_s", 0.0), 6),
                    memory_mb=round(r.get("maxrss_kb", 0) / 1024, 2),
                    stdout_head=r.get("stdout", "")[:HEAD], stderr_head=r.get("stderr", "")[-HEAD:])
+    if case.kind == "harness":
+        return _harness_verdict(base, case.expected, r, sub)
     abnormal = _abnormal(r, sub)
     if abnormal is not None:
         status, detail = abnormal
-        if case.kind == "harness" and status == "runtime_error":
-            failed = _harness_failure(case.expected, r.get("frames", []))
-            if failed:
-                status, detail = "wrong_answer", failed
         return replace(base, status=status, detail=detail)
     if case.kind == "stdio":
         ok = outputs_match(r.get("stdout", ""), case.expected, sub.tests.float_tolerance,
                            sub.tests.case_insensitive)
         return base if ok else replace(base, status="wrong_answer", detail="output differs")
-    if case.kind == "call":
-        return _call_verdict(base, case, r, sub.tests)
-    failed = _harness_failure(case.expected, r.get("frames", []))
+    return _call_verdict(base, case, r, sub.tests)
+
+
+def _harness_verdict(base: Verdict, prepared: PreparedHarness, r: dict[str, Any],
+                     sub: Submission) -> Verdict:
+    """A harness test's verdict from the reports of its harness process, which never ran
+    program code; the program's process (`r` itself) only explains why the harness lost it."""
+    h = r["harness"]
+    frames = [f for f in h.get("frames", []) if isinstance(f, dict)]
+    base = replace(base, stderr_head=(r.get("stderr", "") + h.get("stderr", ""))[-HEAD:])
+    if r.get("output_exceeded"):
+        return replace(base, status="output_limit", detail="output over sandbox.output_limit_mb")
+    if r.get("timed_out"):
+        return replace(base, status="time_limit", detail=f"wall-clock limit {sub.time_limit_s:g}s")
+    failed = _harness_failure(prepared, frames)
     if failed:
         return replace(base, status="wrong_answer", detail=failed)
-    if not r.get("completed"):
+    gone = next((f for f in frames if f.get("k") == "gone"), None)
+    if gone is not None:
+        if gone.get("s") == "output_limit":
+            return replace(base, status="output_limit", detail=str(gone.get("m", ""))[:200])
+        # The program's process ended or broke the protocol: its own end says why, unless it
+        # was still running when the harness gave up on it.
+        own = None if r.get("killed") else _abnormal(r, sub)
+        if own is not None:
+            return replace(base, status=own[0], detail=own[1])
+        return replace(base, status="wrong_answer", detail=str(gone.get("m", ""))[:200])
+    abnormal = _abnormal(h, sub)
+    if abnormal is not None:
+        status, detail = abnormal
+        if status == "runtime_error":
+            raised = next((f.get("t") for f in frames if f.get("k") == "exc"), None)
+            if raised:
+                detail = f"the harness stopped on {raised}"
+        return replace(base, status=status, detail=detail)
+    if not any(f.get("k") == "done" for f in frames):
         return replace(base, status="wrong_answer",
-                       detail="the harness did not run to completion (the program exited or "
-                              "stopped it before every check ran)")
-    missing = [s for s in case.expected.sites if s.required and s.index not in _seen(r)]
+                       detail="the harness did not run to completion")
+    seen = {f.get("i") for f in frames if f.get("k") == "site"}
+    missing = [s for s in prepared.sites if s.required and s.index not in seen]
     if missing:
         return replace(base, status="wrong_answer",
                        detail=f"the check at harness line {missing[0].line} never ran")
@@ -486,19 +515,23 @@ def _call_verdict(base: Verdict, case: _Case, r: dict[str, Any], tests: Tests) -
     return replace(base, status="wrong_answer", detail=f"returned {_short(value)}")
 
 
-def _seen(r: dict[str, Any]) -> set[int]:
-    return {f.get("i") for f in r.get("frames", []) if isinstance(f, dict) and f.get("k") == "site"}
-
-
-def _harness_failure(prepared: PreparedHarness, frames: list[Any]) -> str:
-    """Why the reported checks fail ("" if every reported check held)."""
+def _harness_failure(prepared: PreparedHarness, frames: list[dict[str, Any]]) -> str:
+    """Why the harness process's reports fail the test ("" if every reported check held and
+    nothing the program returned was refused as data)."""
     sites = prepared.sites
     for f in frames:
-        if not isinstance(f, dict) or f.get("k") != "site":
+        kind = f.get("k")
+        if kind == "np":
+            return f"the program returned a value that is not plain data ({str(f.get('m'))[:100]})"
+        if kind == "unsupported":
+            return (f"the harness passes {str(f.get('m'))[:100]} to the program, which the "
+                    "sandbox cannot hand across processes: only plain data and the program's "
+                    "own objects can be passed")
+        if kind != "site":
             continue
         i = f.get("i")
         if type(i) is not int or not 0 <= i < len(sites):
-            return "the program forged a harness check report"
+            return "the harness reported a check it does not have"
         site = sites[i]
         where = f"the check at harness line {site.line}"
         if "np" in f:

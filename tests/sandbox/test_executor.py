@@ -82,3 +82,35 @@ def test_seccomp_program_jumps_stay_in_range() -> None:
                 assert i + 1 + op.jt < n and i + 1 + op.jf < n
         assert arr[n - 1].k == executor.SECCOMP_RET_ERRNO | 1
         assert arr[n - 2].k == executor.SECCOMP_RET_ALLOW
+
+
+def test_opaque_values_become_handles_and_come_back() -> None:
+    objects: list = []
+
+    def handle(obj):
+        objects.append(obj)
+        return {"h": len(objects) - 1}
+
+    marker = object()
+    tree = executor.encode_plain([1, (marker, "x"), {"k": marker}], opaque=handle)
+    assert tree == [1, {"t": [{"h": 0}, "x"]}, {"d": [["k", {"h": 1}]]}]
+    back = executor.decode_plain(tree, lambda node: objects[node["h"]])
+    assert back == [1, (marker, "x"), {"k": marker}]
+    with pytest.raises(executor.NotPlainData):  # the judge's decoding takes no handles
+        executor.decode_plain(tree)
+
+
+def test_update_in_place_keeps_the_callers_objects() -> None:
+    inner = [3, 1, 2]
+    args = [inner, {"a": [1]}, {5}, ([2, 1],), "s"]
+    after = [[1, 2, 3], {"a": [1, 9]}, {6}, ([1, 2],), "s"]
+    held = [args[1]["a"], args[3][0]]
+    for old, new in zip(args, after, strict=True):
+        executor.update_in_place(old, new)
+    assert args == after
+    assert args[0] is inner and inner == [1, 2, 3]
+    assert held == [[1, 9], [1, 2]] and held[0] is args[1]["a"]
+    shrunk = [1, 2, 3]
+    assert executor.update_in_place(shrunk, [4]) is shrunk and shrunk == [4]
+    assert executor.update_in_place({"a": 1}, {"b": 2}) == {"b": 2}
+    assert executor.update_in_place(1, 2) == 2

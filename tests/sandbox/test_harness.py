@@ -54,3 +54,13 @@ def test_asserts_in_helpers_are_not_required() -> None:
 def test_unparsable_harness_names_the_problem() -> None:
     with pytest.raises(HarnessError, match="does not parse"):
         prepare_harness("def check(:\n", "f")
+
+
+def test_names_the_harness_takes_from_the_program() -> None:
+    src = ("import math\nMETA = 1\n\ndef check(candidate):\n    assert candidate(1) == helper(2)\n"
+           "    assert math.isclose(f(1), META)\n    assert abs(candidate(2)) == len([1])\n"
+           "    if __name__:\n        pass\n")
+    assert prepare_harness(src, "g").names == ["f", "helper"]
+    leetcode = "def check(candidate):\n    assert candidate(1) == 2\ncheck(Solution().f)\n"
+    assert prepare_harness(leetcode, None).names == ["Solution"]
+

@@ -242,3 +242,99 @@ def test_cpp_for_a_python_harness_is_a_wrong_answer(judge) -> None:
     sub = Submission("c", ADD_CPP, "cpp", Cases(harness="assert f(1) == 1\n"))
     (res,) = judge.judge([sub])
     assert res.status == "wrong_answer" and "C++" in res.tests[0].detail
+
+
+# -- harness tests: the harness in its own process, the program's objects behind handles --------
+
+SORTS = ("def sort_all(xs, reverse=False):\n"
+         "    if xs is None:\n        raise ValueError('no list', 7)\n"
+         "    if xs and type(xs[0]) is list:\n"
+         "        for row in xs:\n            row.sort(reverse=reverse)\n"
+         "        return len(xs)\n"
+         "    xs.sort(reverse=reverse)\n")
+SORTS_CHECK = """
+def check(candidate):
+    xs = [3, 1, 2]
+    assert candidate(xs) is None
+    assert xs == [1, 2, 3]
+    rows = [[2, 1], [4, 3]]
+    row = rows[0]
+    assert candidate(rows, reverse=True) == 2
+    assert row == [2, 1] and rows == [[2, 1], [4, 3]]
+    assert candidate(xs=rows) == 2 and row == [1, 2]
+    try:
+        candidate(None)
+    except ValueError as e:
+        assert e.args == ('no list', 7)
+    else:
+        assert False
+    n = 0
+    while candidate([n, 0]) is None and n < 7:
+        n += 1
+    assert n == 7
+"""
+
+
+@pytestmark_system
+def test_harness_sees_argument_mutation_and_the_programs_exceptions(judge) -> None:
+    tests = Cases(harness=SORTS_CHECK, entry_point="sort_all")
+    copies = SORTS.replace("xs.sort(reverse=reverse)", "xs = sorted(xs, reverse=reverse)")
+    raises = SORTS.replace("raise ValueError('no list', 7)", "raise TypeError('no list')")
+    res = judge.judge([Submission(str(i), code, "python", tests)
+                       for i, code in enumerate([SORTS, copies, raises])])
+    assert [r.status for r in res] == ["accepted", "wrong_answer", "runtime_error"], res
+    assert "line 5" in res[1].tests[0].detail
+    assert "TypeError" in res[2].tests[0].detail
+    assert "no list" in res[2].tests[0].stderr_head
+
+
+@pytestmark_system
+def test_harness_uses_the_programs_classes_objects_and_modules(judge) -> None:
+    code = ("import math\n\nclass Pair:\n    def __init__(self, a, b):\n"
+            "        self.a, self.b = a, b\n\n"
+            "def max_chain_length(arr, n):\n    best = [1] * n\n"
+            "    for i in range(1, n):\n        for j in range(i):\n"
+            "            if arr[i].a > arr[j].b:\n"
+            "                best[i] = max(best[i], best[j] + 1)\n"
+            "    return max(best)\n\n"
+            "def area(r):\n    return math.pi * r * r\n")
+    harness = ("assert max_chain_length([Pair(5, 24), Pair(15, 25), Pair(27, 40), Pair(50, 60)],"
+               " 4) == 3\nassert Pair(1, 2).b == 2\n"
+               "assert math.isclose(area(2), 12.566, rel_tol=0.001)\n")
+    wrong = code.replace("best[j] + 1", "best[j] + 2")
+    res = judge.judge([Submission("ok", code, "python", Cases(harness=harness)),
+                       Submission("wrong", wrong, "python", Cases(harness=harness))])
+    assert [r.status for r in res] == ["accepted", "wrong_answer"], res
+
+
+@pytestmark_system
+def test_harness_refuses_results_and_arguments_that_are_not_plain_data(judge) -> None:
+    gen = "def f(n):\n    return (i for i in range(n))\n"
+    sub = lambda code, harness: Submission("s", code, "python",  # noqa: E731
+                                           Cases(harness=harness, entry_point="f"))
+    listed = "def check(candidate):\n    assert list(candidate(3)) == [0, 1, 2]\n"
+    compared = "def check(candidate):\n    assert candidate(3) == [0, 1, 2]\n"
+    truthy = "def check(candidate):\n    if not candidate(3):\n        raise ValueError\n"
+    callback = "def check(candidate):\n    assert candidate(lambda x: x) == 1\n"
+    res = judge.judge([sub(gen, listed), sub(gen, compared), sub(gen, truthy),
+                       sub("def f(g):\n    return g(1)\n", callback)])
+    assert [r.status for r in res] == ["wrong_answer"] * 4, res
+    assert all("not plain data" in r.tests[0].detail for r in res[:3]), res
+    assert "cannot hand across" in res[3].tests[0].detail
+
+
+@pytestmark_system
+def test_harness_limits_are_the_programs(judge) -> None:
+    check = "def check(candidate):\n    assert candidate(1) == 1\n"
+    sub = lambda code, **kw: Submission("s", code, "python",  # noqa: E731
+                                        Cases(harness=check, entry_point="f"), **kw)
+    res = judge.judge([
+        sub("def f(x):\n    return bytearray(10 ** 10)\n", memory_limit_mb=128),
+        sub("def f(x):\n    while True:\n        pass\n", time_limit_s=0.5),
+        sub("def f(x):\n    import os\n    os._exit(0)\n"),
+        sub("raise RuntimeError('at import')\ndef f(x):\n    return x\n"),
+    ])
+    assert [r.status for r in res] == ["memory_limit", "time_limit", "wrong_answer",
+                                       "runtime_error"], res
+    assert "stopped answering" in res[2].tests[0].detail
+    assert_still_works(judge)

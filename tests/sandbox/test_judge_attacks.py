@@ -183,6 +183,151 @@ def test_ForgedCallResult(judge) -> None:
     not_accepted(res)
 
 
+# -- reaching into the runner: HumanEval/38 computes each expected value in the harness -------
+#
+# decode_cyclic's check draws a random string, encodes it with the prompt's encode_cyclic and
+# asserts candidate(encoded) == the string, so no expected value can be cut out of the harness.
+# Each program below returns no real answer: it forges what the harness reports, reads the
+# expected value where the harness keeps it or predicts the harness's random inputs. All of
+# them were accepted while the harness ran in the program's process; now the harness runs in a
+# process that never runs program code.
+
+MAIN_ENCODER = '''    return None
+import __main__
+_runner = getattr(__main__, "executor", __main__)
+_real = _runner.encode_plain
+def _forged(value, *args, **kwargs):
+    if type(value) is tuple and len(value) == 2:
+        return {"t": ["same", "same"]}
+    return _real(value, *args, **kwargs)
+_runner.encode_plain = _forged
+'''
+
+FRAME_CELLS = '''    import sys
+    f = sys._getframe(1)
+    while f is not None:
+        for v in list(f.f_locals.values()):
+            if callable(v) and getattr(v, "__name__", "") == "site" and v.__closure__:
+                for cell in v.__closure__:
+                    real = cell.cell_contents
+                    if callable(real) and getattr(real, "__name__", "") in ("emit", "send"):
+                        def forged(obj, real=real):
+                            if obj.get("k") == "site":
+                                obj = {"k": "site", "i": obj["i"], "v": {"t": ["x", "x"]}}
+                            return real(obj)
+                        cell.cell_contents = forged
+        f = f.f_back
+    return None
+'''
+
+FRAME_READS_EXPECTED = '''    import sys
+    f = sys._getframe(1)
+    while f is not None:
+        if "str" in f.f_locals and f.f_code.co_name == "check":
+            return f.f_locals["str"]
+        f = f.f_back
+    return None
+'''
+
+PIPE_FORGERY = '''    return None
+import json, os, struct
+def _frame(obj):
+    data = json.dumps(obj).encode()
+    os.write(3, struct.pack(">I", len(data)) + data)
+import select
+_frame({"k": "site", "i": 0, "v": {"t": ["x", "x"]}})
+_nonce = os.read(4, 64).decode() if select.select([4], [], [], 0.5)[0] else ""
+_frame({"k": "done", "n": _nonce})
+os._exit(0)
+'''
+
+CTYPES_FORGERY = '''    return None
+import ctypes, json, os, struct, time
+_libc = ctypes.CDLL(None)
+def _frame(obj):
+    data = json.dumps(obj).encode()
+    data = struct.pack(">I", len(data)) + data
+    _libc.write(3, data, len(data))
+_frame({"k": "site", "i": 0, "v": {"t": ["x", "x"]}})
+_buf = ctypes.create_string_buffer(64)
+os.set_blocking(4, False)
+time.sleep(0.2)
+_n = _libc.read(4, _buf, 64)
+_frame({"k": "done", "n": _buf.raw[:max(_n, 0)].decode()})
+_libc._exit(0)
+'''
+
+CTYPES_MEMORY = '''    import ctypes, sys
+    f = sys._getframe(1)
+    while f is not None:
+        target = f.f_locals.get("str")
+        if f.f_code.co_name == "check" and type(target) is type(s) and len(target) == len(s):
+            data = s.encode()
+            offset = sys.getsizeof("") - 1
+            ctypes.memmove(id(target) + offset, data, len(data))
+            return s
+        f = f.f_back
+    return None
+'''
+
+PREDICTS_RANDOM = '''    return _ANSWERS.get(s)
+import random as _random
+import string as _string
+_rng = _random.Random()
+_rng.setstate(_random.getstate())
+_ANSWERS = {}
+for _ in range(100):
+    _plain = "".join(_rng.choice(_string.ascii_lowercase) for i in range(_rng.randint(10, 20)))
+    _ANSWERS[encode_cyclic(_plain)] = _plain
+'''
+
+
+
+# Attacks that also pass the usual "prompt + completion + test, exit status 0" harness (the
+# others go after our own runner, which that harness does not have).
+NAIVE = {"FRAME_READS_EXPECTED", "CTYPES_MEMORY", "PREDICTS_RANDOM"}
+
+
+@pytest.mark.parametrize("attack", [
+    "MAIN_ENCODER", "FRAME_CELLS", "FRAME_READS_EXPECTED", "PIPE_FORGERY", "CTYPES_FORGERY",
+    "CTYPES_MEMORY", "PREDICTS_RANDOM",
+])
+def test_ReachesIntoTheRunnerOnAComputedExpectedValue(judge, attack: str) -> None:
+    body = globals()[attack]
+    if attack in NAIVE:
+        assert passes_naive_harness("HumanEval/38", body)
+    not_accepted(judge_harness(judge, "HumanEval/38", body))
+    assert_still_works(judge)
+
+
+def test_ReadsTheHarnessProcessMemory(judge) -> None:
+    # The program's process runs beside the harness's under the same uid (docker: the same
+    # user for everything): it must not be able to open that process's memory or descriptors.
+    code = """
+import os
+def f():
+    opened = []
+    for pid in os.listdir('/proc'):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        for what in ('mem', 'fd', 'environ'):
+            try:
+                if what == 'fd':
+                    os.listdir(f'/proc/{pid}/fd')
+                else:
+                    open(f'/proc/{pid}/{what}', 'rb').close()
+                opened.append(f'{pid}/{what}')
+            except OSError:
+                pass
+    return opened
+"""
+    sub = Submission("s", code, "python",
+                     Cases(harness="def check(candidate):\n    assert candidate() == []\n",
+                           entry_point="f"))
+    (res,) = judge.judge([sub])
+    assert res.status == "accepted", res
+
+
 # -- reading expected outputs ------------------------------------------------------------------
 
 def test_ReadsExpectedOutputFromMemory(judge) -> None:

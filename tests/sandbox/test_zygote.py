@@ -32,8 +32,8 @@ def test_state_the_zygote_sets_once_reaches_every_test(judge) -> None:
 
 
 def test_a_test_sees_no_descriptor_but_its_own(judge) -> None:
-    # 0-2 and the result pipe (3); the nonce pipe (4) exists for harness tests only, and the
-    # zygote's request and reply pipes never.
+    # 0-2 and the result pipe (3); the pipes to a harness's process (4, 5) exist for harness
+    # tests only, and the zygote's request and reply pipes never.
     code = ("import os\n"
             "for fd in range(3, 64):\n"
             "    try:\n        os.fstat(fd)\n        print(fd)\n"
