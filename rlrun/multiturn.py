@@ -34,12 +34,12 @@ from typing import Any
 from rlrun.config import Config
 from rlrun.engines.base import SamplingParams
 from rlrun.environments.base import Environment, Feedback
-from rlrun.records import JudgeResult, Problem, Sample, ScoredSample, Submission, TokenReward, Turn
+from rlrun.records import Problem, Sample, ScoredSample, TokenReward, Turn
+from rlrun.rewards.code import JudgeFn
 from rlrun.scoring import ScoreFn
 
 # extend(samples, sampling) -> each sample continued (rlrun.engines.base.Engine.extend)
 ExtendFn = Callable[[list[Sample], SamplingParams], list[Sample]]
-JudgeFn = Callable[[list[Submission]], list[JudgeResult]]
 # Turn t (from 1) samples with the first turn's seed plus this times t.
 TURN_SEED_OFFSET = 700_001
 _ASSISTANT, _OBSERVATION = "rlrun-assistant-turn", "rlrun-observation"

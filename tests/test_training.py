@@ -91,7 +91,6 @@ def test_a_short_run_trains_syncs_and_checkpoints(ray_cluster, tmp_path, stalene
 
 
 @pytest.mark.parametrize("extra", [
-    pytest.param([], id="hf"),
     pytest.param(VLLM, id="vllm", marks=needs_vllm),
     pytest.param(["algo.max_staleness=1"], id="hf-overlapped"),
 ])
