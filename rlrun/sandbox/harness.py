@@ -21,6 +21,8 @@ at least once, and the harness process reported that the harness returned normal
 
 `names` lists the globals the harness uses but does not define (the function MBPP's asserts
 call, LeetCode's `Solution`): the harness process asks the program's process for those.
+`with_prompt_definitions` adds the prompt's own helpers (HumanEval's `encode_cyclic`, `poly`)
+to a harness, so that those come from the dataset, not from the program.
 """
 
 from __future__ import annotations
@@ -165,6 +167,38 @@ def _program_names(source: str) -> list[str]:
         tables += table.get_children()
     return sorted(n for n in names - bound
                   if n not in builtins.__dict__ and not n.startswith("__"))
+
+
+def _is_stub(stmt: ast.stmt) -> bool:
+    """A function the completion is meant to write: its body is a docstring, `pass` or `...`."""
+    if not isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+        return False
+    return all(isinstance(s, ast.Pass) or (isinstance(s, ast.Expr)
+                                           and isinstance(s.value, ast.Constant))
+               for s in stmt.body)
+
+
+def with_prompt_definitions(harness: str, prefix: str, entry_point: str | None) -> str:
+    """`harness` followed by what the prompt `prefix` defines besides the function to write
+    (HumanEval's helpers such as `encode_cyclic` or `poly`, and its imports), so the harness
+    checks against the prompt's own helpers, not whatever a program redefines under their
+    names. Only for a harness whose `check` is called after it has run (HumanEval's), so the
+    line numbers of its checks stay as written; otherwise, or if the prefix does not parse on
+    its own, `harness` unchanged."""
+    try:
+        tree, prompt = ast.parse(harness), ast.parse(prefix)
+    except SyntaxError:
+        return harness
+    defines_check = any(isinstance(s, ast.FunctionDef) and s.name == "check" for s in tree.body)
+    if not defines_check or _calls_check_at_top(tree):
+        return harness
+    kept = [s for s in prompt.body if not _is_stub(s)
+            and not (isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef)
+                     and s.name == entry_point)
+            and not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if not kept:
+        return harness
+    return harness.rstrip("\n") + "\n\n\n" + ast.unparse(ast.Module(kept, [])) + "\n"
 
 
 def prepare_harness(harness: str, entry_point: str | None) -> PreparedHarness:

@@ -41,7 +41,7 @@ from rlrun.sandbox.backends import Launch, make_launch
 from rlrun.sandbox.compare import outputs_match, values_equal
 from rlrun.sandbox.cpp import CompileCache, CompileOutcome, compile_argv, source_key
 from rlrun.sandbox.executor import NotPlainData, decode_plain, encode_plain
-from rlrun.sandbox.harness import PreparedHarness, prepare_harness
+from rlrun.sandbox.harness import PreparedHarness, prepare_harness, with_prompt_definitions
 
 HEAD = 256  # characters of stdout/stderr kept in a verdict
 # With stop_on_first_failure the executor stops a chunk at the first crash or timeout itself,
@@ -584,6 +584,8 @@ def make_submission(problem: Problem, code: str, cfg: SandboxConfig, language: s
     if tests.harness and problem.code_prefix and lang == "python":
         prefix = problem.code_prefix
         code = prefix + ("" if prefix.endswith("\n") else "\n") + code
+        tests = replace(tests, harness=with_prompt_definitions(tests.harness, prefix,
+                                                                tests.entry_point))
     time_limit = min(problem.time_limit_s or cfg.time_limit_s, cfg.max_time_limit_s)
     memory = min(problem.memory_limit_mb or cfg.memory_limit_mb, cfg.max_memory_limit_mb)
     return Submission(id=sub_id or problem.id, code=code, language=lang, tests=tests,  # type: ignore[arg-type]

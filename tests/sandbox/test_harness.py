@@ -4,7 +4,7 @@ import ast
 
 import pytest
 
-from rlrun.sandbox.harness import HarnessError, prepare_harness
+from rlrun.sandbox.harness import HarnessError, prepare_harness, with_prompt_definitions
 
 HUMANEVAL_STYLE = """
 METADATA = {}
@@ -64,3 +64,37 @@ def test_names_the_harness_takes_from_the_program() -> None:
     leetcode = "def check(candidate):\n    assert candidate(1) == 2\ncheck(Solution().f)\n"
     assert prepare_harness(leetcode, None).names == ["Solution"]
 
+
+PROMPT = '''from typing import List
+import math
+
+
+def encode(s: str) -> str:
+    return s[::-1]
+
+
+def decode(s: str) -> str:
+    """Undo encode."""
+'''
+
+
+def test_prompt_definitions_follow_the_harness_so_its_lines_stay() -> None:
+    harness = "def check(candidate):\n    assert candidate(encode('ab')) == 'ab'\n"
+    combined = with_prompt_definitions(harness, PROMPT, "decode")
+    assert combined.startswith(harness)
+    tree = ast.parse(combined)
+    assert [type(s).__name__ for s in tree.body] == ["FunctionDef", "ImportFrom", "Import",
+                                                     "FunctionDef"]
+    assert [s.name for s in tree.body if isinstance(s, ast.FunctionDef)] == ["check", "encode"]
+    prepared = prepare_harness(combined, "decode")
+    assert prepared.names == [] and prepared.sites[0].line == 2
+
+
+def test_prompt_definitions_are_left_out_where_they_cannot_follow() -> None:
+    calls_check = "def check(candidate):\n    assert candidate(1) == 1\ncheck(f)\n"
+    assert with_prompt_definitions(calls_check, PROMPT, "decode") == calls_check
+    mbpp = "assert f(1) == 1\n"
+    assert with_prompt_definitions(mbpp, PROMPT, "f") == mbpp
+    starter = "class Solution:\n    def f(self, x: int) -> int:\n"
+    humaneval = "def check(candidate):\n    assert candidate(1) == 1\n"
+    assert with_prompt_definitions(humaneval, starter, "f") == humaneval

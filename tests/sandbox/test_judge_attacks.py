@@ -188,9 +188,9 @@ def test_ForgedCallResult(judge) -> None:
 # decode_cyclic's check draws a random string, encodes it with the prompt's encode_cyclic and
 # asserts candidate(encoded) == the string, so no expected value can be cut out of the harness.
 # Each program below returns no real answer: it forges what the harness reports, reads the
-# expected value where the harness keeps it or predicts the harness's random inputs. All of
-# them were accepted while the harness ran in the program's process; now the harness runs in a
-# process that never runs program code.
+# expected value where the harness keeps it, predicts the harness's random inputs or changes
+# the harness's helper. All of them were accepted while the harness ran in the program's
+# process; now the harness runs in a process that never runs program code.
 
 MAIN_ENCODER = '''    return None
 import __main__
@@ -281,16 +281,20 @@ for _ in range(100):
     _ANSWERS[encode_cyclic(_plain)] = _plain
 '''
 
+REDEFINES_HELPER = '''    return s
+def encode_cyclic(s):
+    return s
+'''
 
 
 # Attacks that also pass the usual "prompt + completion + test, exit status 0" harness (the
 # others go after our own runner, which that harness does not have).
-NAIVE = {"FRAME_READS_EXPECTED", "CTYPES_MEMORY", "PREDICTS_RANDOM"}
+NAIVE = {"FRAME_READS_EXPECTED", "CTYPES_MEMORY", "PREDICTS_RANDOM", "REDEFINES_HELPER"}
 
 
 @pytest.mark.parametrize("attack", [
     "MAIN_ENCODER", "FRAME_CELLS", "FRAME_READS_EXPECTED", "PIPE_FORGERY", "CTYPES_FORGERY",
-    "CTYPES_MEMORY", "PREDICTS_RANDOM",
+    "CTYPES_MEMORY", "PREDICTS_RANDOM", "REDEFINES_HELPER",
 ])
 def test_ReachesIntoTheRunnerOnAComputedExpectedValue(judge, attack: str) -> None:
     body = globals()[attack]
