@@ -1,7 +1,8 @@
 """Sandbox throughput: tests per second of rlrun's judge next to what people use today.
 
-In one run on this machine, for three workloads (a trivial stdin program, a ~50 ms CPU-bound
-Python program, a C++ program), it measures tests per second of
+In one run on this machine, for five workloads (a trivial stdin program, a ~50 ms CPU-bound
+Python program, a C++ program, a trivial call-based test, a HumanEval-style harness of ten
+asserts), it measures tests per second of
 
   (a) `rlrun judge --backend process`, run as a separate command on a JSONL file, timed from
       process start to exit (startup, parsing, judging and writing the output all count), and
@@ -10,7 +11,9 @@ Python program, a C++ program), it measures tests per second of
   (b) the same with `--backend docker` (one long-lived container per executor, started inside
       the timed run);
   (c) one `subprocess` per test: `python -c CODE` with this interpreter (the one the judge's
-      executor uses), or the compiled C++ binary, input on stdin, output compared in the parent;
+      executor uses), or the compiled C++ binary, input on stdin, output compared in the parent
+      (a call-based test prints the function's result as JSON; a harness test is the program,
+      the harness and `check(add)` in one `python -c`, passing on exit status 0);
   (d) one `docker run --rm -i --network none IMAGE ...` per test, the same way.
 
 Next to each wall-clock rate of (a) and (c) it reports the CPU time per test of every process
@@ -88,6 +91,11 @@ def calibrate_cpu_iterations(target_s: float = 0.05) -> int:
     return max(1000, int(probe * target_s / min(runs)))
 
 
+ADD = "def add(a, b):\n    return a + b\n"
+# (c) and (d) of a call-based test: the program, then one call on arguments from stdin.
+CALL_MAIN = "import json, sys\nprint(json.dumps(add(*json.loads(sys.stdin.read()))))\n"
+
+
 @dataclass
 class Workload:
     name: str
@@ -95,23 +103,49 @@ class Workload:
     code: str
     n_tests: int
     n_docker_run: int
+    kind: str = "stdio"  # stdio | call | harness
 
 
 def cases(n: int) -> list[tuple[str, str]]:
     return [(f"{i} {2 * i + 1}\n", f"{3 * i + 1}\n") for i in range(n)]
 
 
+def harness_check(i: int) -> str:
+    """A HumanEval-style check of `add`, ten asserts, distinct for each test."""
+    return "def check(candidate):\n" + "".join(
+        f"    assert candidate({i}, {j}) == {i + j}\n" for j in range(10))
+
+
 def jsonl_lines(w: Workload, n_tests: int, tests_per_sub: int) -> list[str]:
-    """Submissions of `tests_per_sub` distinct tests each (distinct, so nothing is de-duplicated).
-    C++ programs differ by a comment per 500 tests, so a few compilations are part of the cost."""
-    all_cases = cases(n_tests)
+    """Submissions of `tests_per_sub` distinct tests each (distinct, so nothing is de-duplicated;
+    a harness is one test). C++ programs differ by a comment per 500 tests, so a few
+    compilations are part of the cost."""
     lines = []
     for k in range(0, n_tests, tests_per_sub):
         code = w.code if w.language == "python" else f"// variant {k // 500}\n{w.code}"
-        tests = [{"input": i, "output": o} for i, o in all_cases[k:k + tests_per_sub]]
-        lines.append(json.dumps({"id": f"{w.name}-{k}", "language": w.language, "code": code,
-                                 "tests": tests, "time_limit_s": 5}))
+        line = {"id": f"{w.name}-{k}", "language": w.language, "code": code, "time_limit_s": 5}
+        if w.kind == "harness":
+            line.update(functional=harness_check(k), entry_point="add")
+        elif w.kind == "call":
+            line.update(fn_name="add", tests=[{"input": [i, 2 * i + 1], "output": 3 * i + 1}
+                                              for i in range(k, min(k + tests_per_sub, n_tests))])
+        else:
+            line["tests"] = [{"input": i, "output": o}
+                             for i, o in cases(n_tests)[k:k + tests_per_sub]]
+        lines.append(json.dumps(line))
     return lines
+
+
+def per_test_jobs(w: Workload, n: int, argv: list[str]) -> list[tuple[list[str], str, str]]:
+    """(argv, stdin, expected stdout) of `n` tests of `w` for (c) and (d): `argv` is the command
+    before the Python source (`python -c`), or the whole command of a C++ binary."""
+    if w.kind == "harness":
+        return [([*argv, w.code + harness_check(i) + "check(add)\n"], "", "") for i in range(n)]
+    if w.kind == "call":
+        return [([*argv, w.code + CALL_MAIN], json.dumps([i, 2 * i + 1]), str(3 * i + 1))
+                for i in range(n)]
+    full = [*argv, w.code] if w.language == "python" else argv
+    return [(full, i, o) for i, o in cases(n)]
 
 
 def children_cpu_s() -> float:
@@ -125,8 +159,8 @@ def run_rlrun_judge(w: Workload, n_tests: int, backend: str, workers: int, tmp: 
     """(seconds, CPU seconds) of one `rlrun judge` run on `n_tests` tests, with the rlrun of
     source tree `tree`. The CPU count covers the command, its executors and their test
     processes; for docker only what runs outside containers."""
-    tests_per_sub = 10
-    src, out = tmp / f"{w.language}-{n_tests}.jsonl", tmp / f"{w.language}-{backend}.out.jsonl"
+    tests_per_sub = 1 if w.kind == "harness" else 10
+    src, out = tmp / f"{w.kind}-{n_tests}.jsonl", tmp / f"{w.kind}-{backend}.out.jsonl"
     src.write_text("\n".join(jsonl_lines(w, n_tests, tests_per_sub)) + "\n")
     cmd = [sys.executable, "-m", "rlrun", "judge", str(src), "--out", str(out),
            "--backend", backend, "--workers", str(workers)]
@@ -205,24 +239,24 @@ def worktree(rev: str) -> Iterator[tuple[Path, str]]:
                            check=False, capture_output=True)
 
 
-def run_per_test(argv_for: list[str], w: Workload, n: int, workers: int,
+def run_per_test(jobs: list[tuple[list[str], str, str]], w: Workload, workers: int,
                  timeout_s: float = 30) -> tuple[float, float]:
-    """(tests/s, CPU ms per test) of starting `argv_for` once per test, `workers` at a time,
+    """(tests/s, CPU ms per test) of starting each job's command once, `workers` at a time,
     comparing stdout here."""
-    todo = cases(n)
-
-    def one(case: tuple[str, str]) -> bool:
-        proc = subprocess.run(argv_for, input=case[0], capture_output=True, text=True,
+    def one(job: tuple[list[str], str, str]) -> bool:
+        argv, stdin, expected = job
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True,
                               timeout=timeout_s)
-        return proc.returncode == 0 and proc.stdout.rstrip() == case[1].rstrip()
+        return proc.returncode == 0 and proc.stdout.rstrip() == expected.rstrip()
 
     start, cpu = time.perf_counter(), children_cpu_s()
     with ThreadPoolExecutor(workers) as pool:
-        ok = list(pool.map(one, todo))
+        ok = list(pool.map(one, jobs))
     elapsed, cpu = time.perf_counter() - start, children_cpu_s() - cpu
     if not all(ok):
-        raise SystemExit(f"{argv_for[:3]}... on {w.name}: {ok.count(False)}/{n} tests failed")
-    return n / elapsed, 1000 * cpu / n
+        raise SystemExit(f"{jobs[0][0][:3]}... on {w.name}: {ok.count(False)}/{len(jobs)} "
+                         "tests failed")
+    return len(jobs) / elapsed, 1000 * cpu / len(jobs)
 
 
 def docker_ready() -> str | None:
@@ -256,8 +290,8 @@ def measure(w: Workload, workers: int, tmp: Path, docker_note: str | None, runs:
                        for _ in range(runs))
     n_sub = min(w.n_tests, max(20, w.n_tests // 10))
     if w.language == "python":
-        argv = [sys.executable, "-c", w.code]
-        docker_argv = ["python3", "-c", w.code]
+        argv = [sys.executable, "-c"]
+        docker_argv = ["python3", "-c"]
     else:
         # Compile once, as anyone would; the per-test cost is starting the binary.
         src, binary = tmp / "main.cpp", tmp / "main"
@@ -265,11 +299,13 @@ def measure(w: Workload, workers: int, tmp: Path, docker_note: str | None, runs:
         subprocess.run(["g++", "-O2", "-std=c++17", "-o", str(binary), str(src)], check=True)
         argv = [str(binary)]
         docker_argv = ["/work/main"]
-    row["c"], row["c_cpu"] = best(runs, lambda: run_per_test(argv, w, n_sub, workers))
+    row["c"], row["c_cpu"] = best(
+        runs, lambda: run_per_test(per_test_jobs(w, n_sub, argv), w, workers))
     if docker_note is None:
         mount = ["-v", f"{tmp}:/work:ro"] if w.language == "cpp" else []
         argv = ["docker", "run", "--rm", "-i", "--network", "none", *mount, IMAGE, *docker_argv]
-        row["d"], _ = run_per_test(argv, w, w.n_docker_run, workers, timeout_s=120)
+        row["d"], _ = run_per_test(per_test_jobs(w, w.n_docker_run, argv), w, workers,
+                                   timeout_s=120)
     return row, judges.get("baseline")
 
 
@@ -363,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
         Workload("~50 ms CPU-bound Python", "python", cpu_program(iterations), 200 // scale,
                  n_docker_run),
         Workload("C++ a+b (g++ -O2)", "cpp", CPP, 2000 // scale, n_docker_run),
+        Workload("call-based add(a, b)", "python", ADD, 2000 // scale, n_docker_run, "call"),
+        Workload("harness: check(add), 10 asserts", "python", ADD, 1000 // scale, n_docker_run,
+                 "harness"),
     ]
     docker_note = "not run in a smoke run" if args.smoke else docker_ready()
     rows, baselines = {}, {}
@@ -389,11 +428,14 @@ def main(argv: list[str] | None = None) -> int:
         f"Tests per second, higher is better, best of {args.runs} runs of (a), (b), (c) "
         f"(one of (d)); {args.workers} tests at a time in every method, on {machine()}. "
         "(a) and (b) are the `rlrun judge` command timed from start to exit, 10 tests per "
-        "submission; (a) marginal is the rate beyond the fixed cost of starting: the extra "
-        "tests of a full run over a run of a tenth of them, divided by the extra time (and "
+        "submission (a harness is one test: ten asserts, one submission each; it runs the "
+        "program and the harness in two processes); (a) marginal is the rate beyond the "
+        "fixed cost of starting: the extra tests of a full run over a run of a tenth of "
+        "them, divided by the extra time (and "
         "likewise for CPU time); (c) starts `python -c` (this interpreter, the one the "
         "executor uses) or "
-        "the C++ binary compiled once, per test; "
+        "the C++ binary compiled once, per test (a call prints the function's result as JSON; "
+        "a harness runs program, harness and `check(add)` in that one process); "
         "(d) starts `docker run --rm -i --network none` per test. C++ in (a)/(b): one "
         "distinct program per 500 tests, each compiled once inside the timed run. "
         f"The CPU-bound program loops {iterations:,} times (about 50 ms here). "
