@@ -1068,9 +1068,10 @@ def run_pair(slot, code, test):
 
 
 def supervise(slot, kids, t0, wall_s, frames):
-    """Read the children's pipes (capped) until the first of `kids` exits and the pipes close,
-    or a limit is hit; then kill everything the test started and reap it. One result per kid;
-    `killed` says the zygote killed it (the test was over or out of time).
+    """Read the children's pipes (capped) until the first of `kids` has exited, and the others
+    too or a short grace after it, and the pipes close, or a limit is hit; then kill everything
+    the test started and reap it. One result per kid; `killed` says the zygote killed it (it
+    outlived the grace, or the test ran out of time).
 
     Without `frames` (a stdio or binary test) the result pipe carries only our few-byte setup
     frames, so it is read once everything is dead instead of waking the zygote while the test
@@ -1090,26 +1091,37 @@ def supervise(slot, kids, t0, wall_s, frames):
         poller.register(pidfd, select.POLLIN)
     open_pipes = (3 if frames else 2) * len(kids)
     pids = [kid.pid for kid in kids]
-    killed = None  # which kids were still running when the test ended
-    # Until the first child exits, the wall-clock limit; after, a short grace for the pipes to
-    # close (everything else the test started is killed at that moment).
+    alive = set(range(len(kids)))  # kids whose exit has not been seen
+    killed = None  # which kids were still running when the zygote killed what was left
+    # Until the first child exits, the wall-clock limit. Then the others get a short grace to
+    # exit on their own (a harness test's program sees its pipes close and ends), so that a
+    # status they reach on their own is theirs; then everything left is killed, and the pipes
+    # get a short grace to close.
     until = t0 + wall_s
-    timed_out = exceeded = done = False
+    timed_out = exceeded = ended = False
     try:
-        while (open_pipes or not done) and not exceeded:
+        while (open_pipes or not ended) and not exceeded:
+            if not ended and not alive:
+                killed = [False] * len(kids)
+                kill_rest(slot, pids)
+                ended, until = True, time.monotonic() + 0.2
+                continue
             left = until - time.monotonic()
             if left <= 0:
-                timed_out = not done
-                break
+                if ended or 0 in alive:
+                    timed_out = not ended and 0 in alive
+                    break
+                killed = [running(pid) for pid in pids]
+                kill_rest(slot, pids)
+                ended, until = True, time.monotonic() + 0.2
+                continue
             # Pipes are blocking: poll only reports one with data or at EOF, so a read returns.
             for fd, _ in poller.poll(int(left * 1000) + 1):
                 if fd in pidfds:
                     poller.unregister(fd)
-                    if pidfds[fd] == 0:
-                        done = True
-                        killed = [False] + [running(pid) for pid in pids[1:]]
-                        kill_rest(slot, pids)
-                        until = time.monotonic() + 0.2
+                    alive.discard(pidfds[fd])
+                    if pidfds[fd] == 0 and alive:
+                        until = min(until, time.monotonic() + 0.2)
                     continue
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
@@ -1126,7 +1138,7 @@ def supervise(slot, kids, t0, wall_s, frames):
     finally:
         for pidfd in pidfds:
             os.close(pidfd)
-        if not done:
+        if not ended:
             killed = [running(pid) for pid in pids]
             kill_rest(slot, pids)
     waited = [os.wait4(kid.pid, 0) for kid in kids]

@@ -59,3 +59,20 @@ def test_a_stdio_test_that_floods_its_result_pipe_only_stalls_itself(judge) -> N
     (res,) = judge.judge([stdio_sub(code, [("", "done\n")])])
     assert res.status == "time_limit", res
     assert_still_works(judge)
+
+
+def test_a_test_ends_when_its_processes_do(judge) -> None:
+    # The zygote waits up to 0.2 s for pipes to close and for a harness test's program to exit
+    # after its harness: a test whose processes are all gone must not wait that out.
+    from rlrun.records import Submission
+    from rlrun.records import Tests as Cases
+
+    harness = Cases(harness="def check(candidate):\n    assert candidate(1) == 1\n",
+                    entry_point="f")
+    subs = [stdio_sub("print(1)", [("", "1\n")] * 8),
+            *[Submission(str(i), "def f(x):\n    return x\n", "python", harness)
+              for i in range(8)]]
+    res = judge.judge(subs)
+    assert all(r.status == "accepted" for r in res), res
+    times = sorted(v.time_s for r in res for v in r.tests)
+    assert times[len(times) // 2] < 0.1, times
