@@ -66,7 +66,8 @@ def test_toy_sources():
     assert result.format == "toy" and len(result.problems) == 10
     assert {p.kind for p in result.problems} == {"math", "code"}
     assert len(load_problems("toy:code", toy_size=10, limit=4).problems) == 4
-    with pytest.raises(DataError, match="toy:arithmetic, toy:steps, toy:code, toy:mixed"):
+    kinds = "toy:arithmetic, toy:steps, toy:code, toy:repair, toy:mixed"
+    with pytest.raises(DataError, match=kinds):
         load_problems("toy:chess")
 
 
