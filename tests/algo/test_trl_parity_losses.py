@@ -58,6 +58,55 @@ LOSS_ARGS = {"sapo_temperature_pos": 1.5, "sapo_temperature_neg": 2.5, "vespo_k_
              "vespo_lambda_pos": 2.5, "vespo_k_neg": 2.5, "vespo_lambda_neg": 1.5}
 
 
+def _trl_loss(trl_compute_loss, loss_type: str, level: str, v: dict, logprobs, old, behaviour,
+              ref, entropy, mask, adv, is_ratio, **extra):
+    """TRL's `_compute_loss` on the batch in the variant `v`: (loss, its log-probs leaf, its
+    entropies leaf), backward done."""
+    lp = logprobs.clone().requires_grad_(True)
+    ent = entropy.clone().requires_grad_(True)
+    loss = trl_compute_loss(
+        logprobs=lp, old_logprobs=old, advantages=adv, mask=mask, loss_type=loss_type,
+        epsilon=0.2, epsilon_high=_eps_high(loss_type), delta=_delta(loss_type, v),
+        beta=v.get("beta", 0.0), ref_logprobs=ref,
+        use_bias_correction_kl=v.get("use_bias_correction_kl", True),
+        importance_sampling_ratio=is_ratio, entropies=ent,
+        entropy_coef=v.get("entropy_coef", 0.0), max_completion_length=MAX_LEN,
+        importance_sampling_level=level, top_entropy_quantile=v.get("top_entropy_quantile", 1.0),
+        off_policy_mask_threshold=v.get("off_policy_mask_threshold"),
+        sampling_logprobs=behaviour, **LOSS_ARGS, **extra,
+    )
+    loss.backward()
+    return loss, lp, ent
+
+
+def _rlrun_algo(loss_type: str, level: str, v: dict) -> AlgoConfig:
+    """The rlrun settings of TRL's `loss_type` in the variant `v`."""
+    eps_high = _eps_high(loss_type)
+    cfg = replace(
+        AlgoConfig(**_rlrun_settings(loss_type)), ratio_level=level, clip_low=0.2,
+        clip_high=eps_high, cispo_cap=eps_high, dual_clip=_delta(loss_type, v),
+        kl_coef=v.get("beta", 0.0), kl_bias_correction=v.get("use_bias_correction_kl", True),
+        entropy_coef=v.get("entropy_coef", 0.0),
+        entropy_mask_quantile=v.get("top_entropy_quantile", 1.0),
+        off_policy_mask_threshold=v.get("off_policy_mask_threshold"), is_correction="none",
+        is_cap=3.0, sapo_tau_pos=1.5, sapo_tau_neg=2.5, vespo_k_pos=1.5, vespo_lambda_pos=2.5,
+        vespo_k_neg=2.5, vespo_lambda_neg=1.5,
+    )
+    if "is_mode" in v:
+        is_level, mode = v["is_mode"].split("_")
+        cfg = replace(cfg, is_correction=is_level, is_mode=mode)
+    return cfg
+
+
+def _eps_high(loss_type: str) -> float:
+    # CISPO's cap is TRL's epsilon_high; 1.3 binds on some tokens of the test batches.
+    return 1.3 if loss_type == "cispo" else 0.28
+
+
+def _delta(loss_type: str, v: dict) -> float | None:
+    return v.get("delta") if loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo") else None
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("level", ["token", "sequence"])
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
@@ -68,40 +117,14 @@ def test_matches_trl_compute_loss(
     logprobs, old, behaviour, ref, entropy, mask, adv = _random_batch(
         12, 7, seed=LOSS_TYPES.index(loss_type) * 10 + list(VARIANTS).index(variant)
     )
-    # CISPO's cap is TRL's epsilon_high; 1.3 binds on some tokens of this batch.
-    eps_high = 1.3 if loss_type == "cispo" else 0.28
-    delta = v.get("delta") if loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo") else None
     quantile = v.get("top_entropy_quantile", 1.0)
     threshold = v.get("off_policy_mask_threshold")
     is_ratio = None
     if "is_mode" in v:
         is_ratio = trl_importance_ratio(old, behaviour, mask, v["is_mode"], clip_max=3.0)
-
-    theirs_lp = logprobs.clone().requires_grad_(True)
-    theirs_ent = entropy.clone().requires_grad_(True)
-    theirs = trl_compute_loss(
-        logprobs=theirs_lp, old_logprobs=old, advantages=adv, mask=mask, loss_type=loss_type,
-        epsilon=0.2, epsilon_high=eps_high, delta=delta, beta=v.get("beta", 0.0),
-        ref_logprobs=ref, use_bias_correction_kl=v.get("use_bias_correction_kl", True),
-        importance_sampling_ratio=is_ratio, entropies=theirs_ent,
-        entropy_coef=v.get("entropy_coef", 0.0), max_completion_length=MAX_LEN,
-        importance_sampling_level=level, top_entropy_quantile=quantile,
-        off_policy_mask_threshold=threshold, sampling_logprobs=behaviour, **LOSS_ARGS,
-    )
-    theirs.backward()
-
-    cfg = replace(
-        AlgoConfig(**_rlrun_settings(loss_type)), ratio_level=level, clip_low=0.2,
-        clip_high=eps_high, cispo_cap=eps_high, dual_clip=delta, kl_coef=v.get("beta", 0.0),
-        kl_bias_correction=v.get("use_bias_correction_kl", True),
-        entropy_coef=v.get("entropy_coef", 0.0), entropy_mask_quantile=quantile,
-        off_policy_mask_threshold=threshold, is_correction="none", is_cap=3.0,
-        sapo_tau_pos=1.5, sapo_tau_neg=2.5, vespo_k_pos=1.5, vespo_lambda_pos=2.5,
-        vespo_k_neg=2.5, vespo_lambda_neg=1.5,
-    )
-    if "is_mode" in v:
-        is_level, mode = v["is_mode"].split("_")
-        cfg = replace(cfg, is_correction=is_level, is_mode=mode)
+    theirs, theirs_lp, theirs_ent = _trl_loss(trl_compute_loss, loss_type, level, v, logprobs,
+                                              old, behaviour, ref, entropy, mask, adv, is_ratio)
+    cfg = _rlrun_algo(loss_type, level, v)
     norm = LossNorm.from_mask(mask, MAX_LEN)
     keep = None
     if quantile < 1.0:
@@ -263,41 +286,17 @@ def test_env_mask_matches_trl(
     assert torch.equal(ours_mask, (mask * tool_mask).float())
     assert torch.equal(batch.behaviour_logprobs, behaviour * mask)
 
-    eps_high = 1.3 if loss_type == "cispo" else 0.28
-    delta = v.get("delta") if loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo") else None
     quantile = v.get("top_entropy_quantile", 1.0)
     threshold = v.get("off_policy_mask_threshold")
     is_ratio = None
     if "is_mode" in v:
         is_ratio = trl_importance_ratio(old, behaviour, mask, v["is_mode"], clip_max=3.0,
                                         tool_mask=tool_mask)
-    theirs_lp = logprobs.clone().requires_grad_(True)
-    theirs_ent = entropy.clone().requires_grad_(True)
     theirs_metrics: dict[str, list[float]] = {}
-    theirs = trl_compute_loss(
-        logprobs=theirs_lp, old_logprobs=old, advantages=adv, mask=mask, loss_type=loss_type,
-        epsilon=0.2, epsilon_high=eps_high, delta=delta, beta=v.get("beta", 0.0),
-        ref_logprobs=ref, use_bias_correction_kl=v.get("use_bias_correction_kl", True),
-        importance_sampling_ratio=is_ratio, entropies=theirs_ent,
-        entropy_coef=v.get("entropy_coef", 0.0), max_completion_length=MAX_LEN,
-        importance_sampling_level=level, top_entropy_quantile=quantile,
-        off_policy_mask_threshold=threshold, sampling_logprobs=behaviour,
-        metrics=theirs_metrics, tool_mask=tool_mask, **LOSS_ARGS,
-    )
-    theirs.backward()
-
-    cfg = replace(
-        AlgoConfig(**_rlrun_settings(loss_type)), ratio_level=level, clip_low=0.2,
-        clip_high=eps_high, cispo_cap=eps_high, dual_clip=delta, kl_coef=v.get("beta", 0.0),
-        kl_bias_correction=v.get("use_bias_correction_kl", True),
-        entropy_coef=v.get("entropy_coef", 0.0), entropy_mask_quantile=quantile,
-        off_policy_mask_threshold=threshold, is_correction="none", is_cap=3.0,
-        sapo_tau_pos=1.5, sapo_tau_neg=2.5, vespo_k_pos=1.5, vespo_lambda_pos=2.5,
-        vespo_k_neg=2.5, vespo_lambda_neg=1.5,
-    )
-    if "is_mode" in v:
-        is_level, mode = v["is_mode"].split("_")
-        cfg = replace(cfg, is_correction=is_level, is_mode=mode)
+    theirs, theirs_lp, theirs_ent = _trl_loss(
+        trl_compute_loss, loss_type, level, v, logprobs, old, behaviour, ref, entropy, mask,
+        adv, is_ratio, metrics=theirs_metrics, tool_mask=tool_mask)
+    cfg = _rlrun_algo(loss_type, level, v)
     norm, keep = update.norm, None
     assert norm.total_tokens == float((mask * tool_mask).sum())
     if quantile < 1.0:
