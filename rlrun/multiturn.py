@@ -126,10 +126,8 @@ class Trajectory:
             turn.observation, self.pending = feedback.observation, observation_ids
 
     def finished(self) -> Sample:
-        versions = self.sample.versions()
-        same = all(v == self.sample.weight_version for v in versions)
         return dataclasses.replace(self.sample, turns=self.turns,
-                                   token_versions=[] if same else versions)
+                                   token_versions=self.sample.compact(self.sample.versions()))
 
 
 class Episodes:

@@ -18,7 +18,7 @@ from pathlib import Path
 from rlrun.checkpoint import has_checkpoints, is_uri
 from rlrun.cluster import Demand, check_fits, check_job_output_dir, demands
 from rlrun.config import Config, ConfigError
-from rlrun.environments import EnvError, Environment
+from rlrun.environments import EnvError, Environment, load_environment
 from rlrun.records import Problem
 from rlrun.rewards.reward import Reward
 
@@ -102,9 +102,13 @@ def check_memory(cfg: Config, resources: Iterable[str]) -> None:
         raise ConfigError(f"{problems[0]} (rlrun plan shows every role)")
 
 
-def check_environment(cfg: Config, env_cls: type[Environment], problems: list[Problem]) -> None:
-    """Make the environment of every problem once, so one it cannot be made for (a code-repair
-    problem with too few tests to split, a plug-in that rejects it) fails before Ray starts."""
+def environment(cfg: Config, problems: list[Problem]) -> type[Environment] | None:
+    """The environment class `env.name` names (None: single-turn), loaded and made once for
+    every problem, so a plug-in that cannot load and a problem it cannot be made for (a
+    code-repair problem with too few tests to split) fail before Ray starts."""
+    if not cfg.env.name:
+        return None
+    env_cls = load_environment(cfg.env.name)
     for problem in problems:
         try:
             env_cls(problem, cfg)
@@ -113,3 +117,4 @@ def check_environment(cfg: Config, env_cls: type[Environment], problems: list[Pr
         except Exception as err:
             raise EnvError(f"env.name={cfg.env.name}: making the environment of problem "
                            f"{problem.id} raised {type(err).__name__}: {err}") from err
+    return env_cls

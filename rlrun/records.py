@@ -191,6 +191,11 @@ class Sample:
         """The weight version of each response token, [L]."""
         return self.token_versions or [self.weight_version] * len(self.response_ids)
 
+    def compact(self, versions: list[int]) -> list[int]:
+        """`token_versions` for per-token `versions`: empty while `weight_version` made every
+        token."""
+        return [] if set(versions) <= {self.weight_version} else versions
+
 
 @dataclass
 class StepCheck:

@@ -98,16 +98,13 @@ def sft_rows(problems: list[Problem], cfg: Config, tokenizer: Any = None) -> lis
     ]
 
 
-def repair_rows(problems: list[Problem], cfg: Config, judge: Any, render: Any,
+def repair_rows(problems: list[Problem], cfg: Config, env_cls: Any, judge: Any, render: Any,
                 frame: Any) -> list[dict[str, str]]:
     """With a multi-turn environment (`env.name`): a two-turn transcript per problem, so the
     model learns what a later turn looks like. The first attempt is another problem's reference
     (seeded pick), the observation is the environment's real answer to it (its programs run by
     `judge`, framed by `frame` as the rollout frames it), and the completion is the problem's
     own reference; a problem the borrowed attempt already solves gets no transcript."""
-    from rlrun.environments import load_environment
-
-    env_cls = load_environment(cfg.env.name or "")
     rng = random.Random(f"sft-repair:{cfg.run.seed}")
     usable = [p for p in problems if p.reference is not None]
     attempts = [reference_completion(rng.choice(usable)) for _ in usable]
@@ -128,6 +125,7 @@ def repair_rows(problems: list[Problem], cfg: Config, judge: Any, render: Any,
 def _transcripts(cfg: Config, model_path: str, problems: list[Problem]) -> list[dict[str, str]]:
     """`repair_rows` of `problems`, judged here and framed with the model's own tokenizer."""
     from rlrun.data.prompts import render_prompt
+    from rlrun.environments import load_environment
     from rlrun.models import load_tokenizer, local_model
     from rlrun.multiturn import ObservationTokens
     from rlrun.sandbox import Judge
@@ -136,7 +134,7 @@ def _transcripts(cfg: Config, model_path: str, problems: list[Problem]) -> list[
     chat = cfg.model.chat_template
     frame = ObservationTokens(tokenizer, chat).frame
     with Judge(cfg.sandbox.backend, cfg.sandbox.workers_per_actor, cfg.sandbox) as judge:
-        return repair_rows(problems, cfg, judge.judge,
+        return repair_rows(problems, cfg, load_environment(cfg.env.name or ""), judge.judge,
                            lambda p: render_prompt(p, cfg.data, tokenizer, chat=chat), frame)
 
 

@@ -91,7 +91,6 @@ class GRPORecipe:
         from rlrun.data import load_from_config
         from rlrun.data.prompts import render_prompt
         from rlrun.data_order import DataOrder
-        from rlrun.environments import load_environment
         from rlrun.metrics import MetricsLogger
         from rlrun.metrics.early_stopping import BestModel
         from rlrun.metrics.health import HealthMonitor
@@ -106,11 +105,9 @@ class GRPORecipe:
         # their signatures checked first: one that cannot load fails before a model is read.
         preflight.check_output_dir(cfg)
         self.reward = build_reward(cfg, None)
-        env_cls = load_environment(cfg.env.name) if cfg.env.name else None
         self.train_set, self.val_set = load_from_config(cfg)
         preflight.check_sft_mix(cfg, self.train_set)
-        if env_cls is not None:
-            preflight.check_environment(cfg, env_cls, self.train_set + self.val_set)
+        env_cls = preflight.environment(cfg, self.train_set + self.val_set)
         model_path = resolve_model_path(cfg.model, model_cache_dir(), cfg.run.seed)
         observations = ObservationTokens(load_tokenizer(model_path), cfg.model.chat_template
                                          ) if env_cls is not None else None
@@ -162,7 +159,7 @@ class GRPORecipe:
         # Multi-turn: the turns after the first run on the rollout actors and the sandbox, and
         # the reward scores each trajectory's last turn as its environment says.
         self.episodes = None
-        if env_cls is not None and observations is not None:
+        if observations is not None:
             self.episodes = Episodes(env_cls, cfg, observations, self.rollouts.extend, judge)
             self.score = self.episodes.score(self.score)
         self.order = DataOrder(len(self.train_set), cfg.run.seed,

@@ -332,7 +332,8 @@ def test_sft_transcripts_pair_a_real_failure_with_the_reference_and_hide_the_hid
     cfg = config()
     problems = repair_problems(20, seed=6)
     frame = ObservationTokens(_tiny_tokenizer(), chat=False).frame
-    rows = repair_rows(problems, cfg, judge, lambda p: f"{p.id}: {p.prompt}\n", frame)
+    rows = repair_rows(problems, cfg, CodeRepair, judge, lambda p: f"{p.id}: {p.prompt}\n",
+                       frame)
     assert 5 <= len(rows) < len(problems)  # a borrowed attempt that solves a problem is skipped
     for row in rows:
         problem = next(p for p in problems if row["prompt"].startswith(f"{p.id}: "))

@@ -151,10 +151,9 @@ def main(args: argparse.Namespace) -> int:
     from rlrun import evaluation as ev
     from rlrun.data.prompts import render_prompt
     from rlrun.engines import SamplingParams
-    from rlrun.environments import load_environment
     from rlrun.models import load_tokenizer
     from rlrun.multiturn import Episodes, ObservationTokens
-    from rlrun.preflight import check_environment
+    from rlrun.preflight import environment
     from rlrun.rewards import build_reward
 
     cfg = load_config(args.config, args.overrides)
@@ -164,9 +163,8 @@ def main(args: argparse.Namespace) -> int:
     model_path = resolve_checkpoint(args.model, cfg)
     tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
     reward = build_reward(cfg, None)  # a plug-in that cannot load fails before Ray starts
-    env_cls = load_environment(cfg.env.name) if cfg.env.name else None
+    env_cls = environment(cfg, problems)
     if env_cls is not None:
-        check_environment(cfg, env_cls, problems)
         observations = ObservationTokens(load_tokenizer(model_path), cfg.model.chat_template)
 
     init_ray(cfg)

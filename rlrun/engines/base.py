@@ -156,8 +156,7 @@ def extended(sample: Sample, tokens: list[int], logprobs: list[float], text: str
         sample,
         response_ids=sample.response_ids + tokens,
         behaviour_logprobs=sample.behaviour_logprobs + logprobs,
-        # kept empty while one version made every token (Sample.token_versions)
-        token_versions=[] if set(versions) <= {sample.weight_version} else versions,
+        token_versions=sample.compact(versions),
         response_text=text,
         finish_reason=reason,
     )
