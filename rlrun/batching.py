@@ -251,12 +251,9 @@ def make_shards(
     count of each update's `LossNorm` is of the tokens `TrainSample.loss_mask` counts.
     `len(samples)` must divide by `mini_batches * world_size` (see `trim_groups`).
     """
-    lengths = torch.tensor([len(s.response_ids) for s in samples])  # [N]
-    mask = torch.arange(int(lengths.max()) if len(samples) else 0) < lengths[:, None]  # [N, L]
-    mask &= ~torch.tensor([s.masked for s in samples], dtype=torch.bool)[:, None]
-    for i, s in enumerate(samples):
-        if s.env_mask:  # observation tokens are not the model's: out of the token count
-            mask[i, : len(s.env_mask)] &= torch.tensor(s.env_mask, dtype=torch.bool)
+    width = max((len(s.response_ids) for s in samples), default=0)
+    mask = torch.tensor([s.loss_mask() + [0.0] * (width - len(s.response_ids)) for s in samples],
+                        dtype=torch.bool).reshape(len(samples), width)  # [N, L]
     shards: list[Shard] = [[] for _ in range(world_size)]
     for epoch in range(epochs):
         plan = plan_minibatches(
