@@ -109,7 +109,9 @@ class Verdict:
     detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Every field is a scalar, so a shallow copy is asdict's result without its recursion,
+        # which cost `rlrun judge` a fifth of its own CPU time per test.
+        return dict(vars(self))
 
 
 @dataclass
