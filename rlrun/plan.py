@@ -11,97 +11,81 @@ m bytes per element of the master dtype (`learner.master_dtype`), c of the compu
 
 Learner, per rank (what one GPU holds at the peak of a forward/backward):
 - full fine-tuning: weights P*m, gradients P*m, AdamW's two moments 2*P*m, each divided by N
-  under fsdp2 and moved to host memory by `learner.cpu_offload` (FSDP2's CPUOffloadPolicy
-  offloads sharded parameters, gradients and optimizer state; config refuses it under ddp).
-  ddp with N > 1 adds its all-reduce buckets, P*m (torch's default
+  under fsdp2 and moved to host memory by `learner.cpu_offload` (FSDP2's CPUOffloadPolicy;
+  refused under ddp). ddp with N > 1 adds its all-reduce buckets, P*m (torch's default
   `gradient_as_bucket_view=False` keeps a second copy of every gradient).
-- working copy in the compute dtype: ddp with m != c keeps P*c of autocast casts alive until
-  backward; fsdp2 all-gathers the root module (embeddings, lm_head) for the whole step and two
-  decoder layers at a time (the current one and the prefetched next), and holds unsharded
-  gradients of the root and one layer before reduce-scatter: (root + 2 layers) * c for
-  parameters + (root + 1 layer) * c for gradients (none under LoRA: the base is frozen).
-- LoRA (`learner.lora.rank` r > 0): the frozen base in c (sharded/offloaded like the policy
-  weights would be) and, for the adapters only, 4*4 bytes per parameter (weights, gradients, two
-  moments, fp32 whatever the master dtype: PEFT's autocast_adapter_dtype); each target linear
-  of shape [d_in, d_out] adds r*(d_in + d_out) parameters per layer.
-- reference model: only when `algo.kl_coef > 0`, weights in c sharded and offloaded like the
-  policy; with LoRA it costs nothing (the reference is the base with the adapters switched off).
-- activations of one micro-batch. The per-layer formula follows Korthikanti et al., "Reducing
-  Activation Recomputation in Large Transformer Models" (MLSys 2023, arXiv:2205.05198, sec. 4.1),
-  which counts every tensor a layer saves for backward (s*b*h*(34 + 5*a*s/h) bytes for a 16-bit
-  GPT layer with a 4h GeLU MLP and dropout). Re-counted for a Llama/Qwen decoder (RMSNorm, GQA,
-  SwiGLU, no dropout, a fused sdpa/flash kernel that saves no [s, s] scores), bytes per token
-  per layer are
+- working copy in c: ddp with m != c keeps P*c of autocast casts alive until backward; fsdp2
+  holds the all-gathered root module (embeddings, lm_head) and two decoder layers (current and
+  prefetched), and the unsharded gradients of the root and one layer before reduce-scatter:
+  (root + 2 layers) * c + (root + 1 layer) * c (no gradients under LoRA: the base is frozen).
+- LoRA (rank r > 0): the frozen base in c, sharded/offloaded like the weights, and 4*4 bytes
+  per adapter parameter (weights, gradients, two moments, fp32 whatever the master dtype:
+  PEFT's autocast_adapter_dtype); a target linear [d_in, d_out] adds r*(d_in + d_out) per layer.
+- reference model, only when `algo.kl_coef > 0`: weights in c, sharded and offloaded like the
+  policy; free with LoRA (the base with the adapters switched off).
+- activations of one micro-batch, after Korthikanti et al., "Reducing Activation Recomputation
+  in Large Transformer Models" (MLSys 2023, arXiv:2205.05198, sec. 4.1: s*b*h*(34 + 5*a*s/h)
+  bytes for a 16-bit GPT layer), re-counted for a Llama/Qwen decoder (RMSNorm, GQA, SwiGLU, no
+  dropout, a fused sdpa/flash kernel that saves no [s, s] scores). Bytes per token per layer:
       A = c*(2h + a*d + 2*k*d + a*d + 4I) + 2*(4h + c*h)
-  (norm outputs feeding the q/k/v and gate/up projections; q, k, v for attention; the attention
-  output feeding o_proj; SwiGLU's gate, up, silu(gate) and their product feeding down_proj; and
-  per RMSNorm the fp32 upcast of its input plus the normalised value, since HF's RMSNorm computes
-  in fp32). Qwen3's RMSNorm on each head's q and k adds (4 + c)*(a*d + k*d) the same way.
-  `learner.attention=eager` adds the softmax scores, b*a*s^2*(4 + c) per layer.
-  Without checkpointing a micro-batch keeps L*T*A; with `learner.gradient_checkpointing` (one
-  checkpoint per decoder layer, as HF's `gradient_checkpointing_enable` does) it keeps each
-  layer's input, L*T*h*c, plus one layer recomputed in backward, T*A. The final norm adds
-  T*(4h + 2*c*h). Adapter activations (r per target per token) are left out: under 1%.
-  T is the model positions of the largest micro-batch: `learner.max_tokens_per_micro_batch`
-  when set, else n = micro_batch_size sequences (no more than one rank's share of an update) of
-  s tokens; in shared-prompt rows (`learner.shared_prompt_forward`, the default, with sdpa or
-  eager attention) the worst mix of the step's prompts (`Layout.micro_batch`).
-  s = prompt tokens (`--prompt-tokens`, default 512: a config does not record prompt lengths) +
-  `rollout.sampling.max_new_tokens` (with a multi-turn environment, `env.max_tokens`: a whole
-  trajectory), capped at `rollout.max_model_len`.
-- the output layer, as `rlrun.policy_update.response_logprobs` computes the log-probs of the
-  n*r response positions, in chunks of C = 2^24 // V positions (`_LOGPROB_CHUNK_ELEMENTS`). Its
-  two paths, chosen by the size of the micro-batch's logits in the output layer's weight dtype
-  (m, or c under LoRA): up to 256 MB (`_FULL_LOGITS_BYTES`) the model computes the full logits,
-  T*V*c, kept for backward, which writes their gradient in place (no second copy); the backward
-  of one chunk (`_ChunkedLogprobs.backward`) holds ~7 [C, V] tensors, C*V*(4c + 12) (the chunk
-  read from the logits, its per-sample pick, the previous sample gradient and the chunk's
-  gradient in c; log_softmax's output and two gradients in fp32; in fp32 compute the previous
-  pick and the divided input take the place of the fp32 copies: 7 x 4 bytes either way). Above
-  it (`_selective_head`) no [R, T, V] tensor exists: each chunk's [C, V] logits are recomputed
-  in backward, C*V*(c + 12), next to the output layer's weight gradient summed over the earlier
-  chunks. The output layer's weight gradient [V, h] (in c; autocast then copies it to m) is
-  summed out of place over the selective path's chunks, 3*V*h*c alive at once (1 on the full
-  path); a tied embedding adds its own [V, h] gradient to it at the end of backward, 3*V*h*m (an
-  untied one, V*h*m). Under fsdp2 these are unsharded, in c, less the root's gradients the
-  working copy counts; LoRA makes none (a frozen base). The unchunked one-pass figure,
-  n*r*V*(c + 12) (the [N, L, V] gathered copy, its fp32 upcast, log_softmax and gradient, next
-  to logits and their gradient, 2*T*V*c), is reported next to it so users see what chunking
-  saves.
-- AdamW's step: on CUDA torch's default foreach implementation makes sqrt(exp_avg_sq) of every
-  trained parameter at once, P*m (divided by N under fsdp2); on CPU (and in host memory under
-  cpu_offload) the single-tensor one makes two copies of one parameter at a time.
-- phases: weights, gradients, optimizer state, working copy and reference are alive throughout;
-  the rest is not alive at once. The peak is the largest of: the backward of the log-prob chunks
-  (activations + logits + chunk), the output layer's backward (activations + logits + its weight
-  gradient), the end of backward (the embedding's gradient; activations are freed) and the
-  optimizer step (its temporaries). The items of the other phases are shown, marked, and not
-  added. Gradients are counted whole in every phase, as in the last micro-batch of an update
-  (the earlier ones have made them); with one micro-batch per update that is an upper bound.
-  `benchmarks/plan_accuracy.py` compares the learner total with the measured peak of a learner
-  step on CPU (docs/benchmarks.md).
-- a fixed 2 GiB on a GPU for the CUDA context and cuBLAS workspaces (~0.5 GiB), NCCL
-  communicator buffers (~0.5 GiB) and caching-allocator fragmentation (~1 GiB, about 5% of a
-  full GPU); nothing on a CPU run.
+  (the norm outputs feeding q/k/v and gate/up; q, k, v; the attention output feeding o_proj;
+  SwiGLU's gate, up, silu(gate) and their product; per RMSNorm, HF's fp32 upcast of its input
+  and the normalised value). Qwen3's per-head q/k RMSNorm adds (4 + c)*(a*d + k*d);
+  `learner.attention=eager` adds the scores, b*a*s^2*(4 + c) per layer. A micro-batch keeps
+  L*T*A, or with `learner.gradient_checkpointing` (one checkpoint per decoder layer, as HF's
+  `gradient_checkpointing_enable`) each layer's input L*T*h*c plus one recomputed layer T*A.
+  The final norm adds T*(4h + 2*c*h); adapter activations (under 1%) are left out.
+  T is `learner.max_tokens_per_micro_batch` when set, else n = micro_batch_size sequences (at
+  most one rank's share of an update) of s tokens; in shared-prompt rows
+  (`learner.shared_prompt_forward` with sdpa or eager) the worst mix of the step's prompts
+  (`Layout.micro_batch`). s = `--prompt-tokens` (default 512: a config does not record prompt
+  lengths) + `rollout.sampling.max_new_tokens` (with a multi-turn environment, `env.max_tokens`),
+  capped at `rollout.max_model_len`.
+- the output layer, as `rlrun.policy_update.response_logprobs` takes the log-probs of the n*r
+  response positions in chunks of C = 2^24 // V positions (`_LOGPROB_CHUNK_ELEMENTS`). When the
+  micro-batch's logits in the output layer's weight dtype (m, or c under LoRA) take at most
+  256 MB (`_FULL_LOGITS_BYTES`) the model computes the full logits, T*V*c, kept for backward,
+  which writes their gradient in place; one chunk's backward (`_ChunkedLogprobs.backward`)
+  holds ~7 [C, V] tensors, C*V*(4c + 12) (chunk, per-sample pick, previous sample gradient and
+  chunk gradient in c; log_softmax's output and two gradients in fp32; in fp32 compute the
+  previous pick and the divided input replace the fp32 copies: 7 x 4 bytes either way). Above it
+  (`_selective_head`) each chunk's [C, V] logits are recomputed in backward, C*V*(c + 12), next
+  to the output layer's weight gradient summed over the earlier chunks. That gradient [V, h]
+  (in c; autocast copies it to m) is summed out of place, 3*V*h*c alive at once (1 on the full
+  path); a tied embedding adds its own [V, h] gradient at the end of backward, 3*V*h*m (untied:
+  V*h*m). Under fsdp2 these are unsharded, in c, less the root gradients the working copy
+  counts; LoRA makes none. The unchunked figure, n*r*V*(c + 12) (the gathered [N, L, V] copy,
+  its fp32 upcast, log_softmax and gradient) next to 2*T*V*c of logits and their gradient, is
+  reported to show what chunking saves.
+- AdamW's step: torch's CUDA default (foreach) makes sqrt(exp_avg_sq) of every trained
+  parameter at once, P*m (/ N under fsdp2); on CPU and under cpu_offload the single-tensor
+  implementation makes two copies of one parameter at a time.
+- phases: weights, gradients, optimizer state, working copy and reference live throughout. The
+  peak is the largest of: the log-prob chunks' backward (activations + logits + chunk), the
+  output layer's backward (activations + logits + its weight gradient), the end of backward
+  (the embedding's gradient, activations freed) and the optimizer step; the other phases' items
+  are shown, marked, not added. Gradients count whole in every phase, as in the last
+  micro-batch of an update (an upper bound with one micro-batch). `benchmarks/plan_accuracy.py`
+  compares the learner total with a measured CPU peak (docs/benchmarks.md).
+- a fixed 2 GiB on a GPU: CUDA context and cuBLAS workspaces (~0.5 GiB), NCCL buffers
+  (~0.5 GiB), caching-allocator fragmentation (~1 GiB, about 5% of a GPU); nothing on CPU.
 
-Rollout, per GPU (vLLM): weights P*c/TP; vLLM's budget is `gpu_memory_utilization` x the GPU's
-memory, from which it takes the weights and ~1.5 GiB for its CUDA context, NCCL and the peak
-activations of its profiling run (that figure reproduces the audit's A10G and A100-80 KV sizes
-for Qwen2.5-7B); the rest is KV cache at 2*L*max(k/TP, 1)*d*c bytes per token (KV heads are
-replicated when TP exceeds them). It does not fit when the weights alone exceed the budget, or
-when the cache cannot hold `rollout.max_model_len` tokens (default: the model's
-max_position_embeddings): vLLM refuses to start in both cases. The hf engine keeps weights and a
-KV cache for `rollout.batch_size` sequences, unsharded.
+Rollout, per GPU (vLLM): weights P*c/TP. vLLM's budget, `gpu_memory_utilization` x memory,
+pays for the weights and ~1.5 GiB of CUDA context, NCCL and profiling-run activations (the
+figure that reproduces the audit's A10G and A100-80 KV sizes for Qwen2.5-7B); the rest is KV
+cache at 2*L*max(k/TP, 1)*d*c bytes per token (KV heads are replicated past TP = k). vLLM
+refuses to start when the weights exceed the budget or the cache cannot hold
+`rollout.max_model_len` tokens (default: max_position_embeddings). The hf engine keeps the
+whole weights and a KV cache for `rollout.batch_size` sequences.
 
-Colocated (`placement.mode=colocated`): one learner rank and one vLLM worker share each GPU, and
-vLLM sleeps while the learner trains (sleep level 1 moves its weights to host memory, level 2
-discards them; both free the weights and the KV cache on the GPU and keep ~1 GiB of CUDA
-context and graph pools). The peak is the larger of the training phase (learner peak + vLLM
-asleep) and the generation phase (what the learner keeps between steps: weights, optimizer state,
-reference and its 2 GiB overhead, + vLLM's whole budget, gpu_memory_utilization x memory).
+Colocated (`placement.mode=colocated`): one learner rank and one vLLM worker per GPU, vLLM
+asleep while the learner trains (level 1 moves its weights to host memory, level 2 discards
+them; both free weights and KV cache and keep ~1 GiB of context and graph pools). The peak is
+the larger of training (learner peak + vLLM asleep) and generation (what the learner keeps
+between steps: weights, optimizer state, reference, 2 GiB overhead; + vLLM's whole budget).
 
-GPU memory ("usable") is the total CUDA reports to torch and vLLM (slightly under the nominal
-size: ECC and driver reservations): see `GPUS`.
+"Usable" GPU memory is the total CUDA reports (under the nominal size: ECC and driver
+reservations): see `GPUS`.
 """
 
 from __future__ import annotations
@@ -176,12 +160,9 @@ def gpu_from_name(name: str, memory_mib: float | None = None) -> str | None:
     key = name.upper().replace("NVIDIA", "").strip()
     if key.lower() in GPUS:
         return key.lower()
-    if "A10G" in key:
-        return "a10g"
-    if "H200" in key:
-        return "h200"
-    if "H100" in key:
-        return "h100"
+    for model in ("A10G", "H200", "H100"):
+        if model in key:
+            return model.lower()
     if "A100" in key:
         if "80" in key.replace("A100", "") or (memory_mib is not None and memory_mib > 50_000):
             return "a100-80"
@@ -583,19 +564,18 @@ def _learner(shape: ModelShape, lay: Layout, gpu: Gpu | None, chunked: bool) -> 
     rank = learner.lora.rank
     p = shape.params
     trained = shape.lora_params(rank, learner.lora.target_modules) if rank else p
-    items: list[Item] = []
     notes: list[str] = []
     per = f" / {shards} ranks" if shards > 1 else ""
-    if rank:
-        items.append(Item("frozen base", p * c / shards, offload, f"{compute}{per}"))
-        items.append(Item("adapters", 4 * trained * 4 / shards, offload,
-                          f"{trained / 1e6:.1f} M params x (weights, grads, 2 AdamW moments) in "
-                          "float32"))
-    else:
-        items.append(Item("weights", p * m / shards, offload, f"{master} master{per}"))
-        items.append(Item("gradients", p * m / shards, offload, f"{master}{per}"))
-        items.append(Item("optimizer", 2 * p * m / shards, offload,
-                          f"AdamW exp_avg + exp_avg_sq, {master}{per}"))
+    items = [
+        Item("frozen base", p * c / shards, offload, f"{compute}{per}"),
+        Item("adapters", 4 * trained * 4 / shards, offload,
+             f"{trained / 1e6:.1f} M params x (weights, grads, 2 AdamW moments) in float32"),
+    ] if rank else [
+        Item("weights", p * m / shards, offload, f"{master} master{per}"),
+        Item("gradients", p * m / shards, offload, f"{master}{per}"),
+        Item("optimizer", 2 * p * m / shards, offload,
+             f"AdamW exp_avg + exp_avg_sq, {master}{per}"),
+    ]
     if not fsdp and learner.num_workers > 1:
         items.append(Item("DDP buckets", trained * (4 if rank else m), False,
                           "all-reduce buckets (gradient_as_bucket_view=False)"))
@@ -747,17 +727,14 @@ def _update_items(shape: ModelShape, lay: Layout, trained: int, shards: int, off
         largest = max(shape.vocab * h, shape.intermediate * h, shape.q_dim * h)
         nbytes = DTYPE_BYTES[lay.cfg.learner.master_dtype]
     if on_gpu and not offload:
-        item = Item("AdamW step", trained * nbytes / shards, False,
-                    "foreach sqrt(exp_avg_sq) of every parameter (torch's CUDA default)")
-    elif offload:
-        # In host memory, and only while the step runs: shown, not added to the host figure.
-        item = Item("AdamW step", 2 * largest * nbytes / shards, True,
-                    "single-tensor on the host: 2 copies of the largest parameter shard",
-                    info=True)
-    else:
-        item = Item("AdamW step", 2 * largest * nbytes / shards, False,
-                    "single-tensor: 2 copies of the largest parameter")
-    return [(item, () if item.host else ("optimizer step",))]
+        return [(Item("AdamW step", trained * nbytes / shards, False,
+                      "foreach sqrt(exp_avg_sq) of every parameter (torch's CUDA default)"),
+                 ("optimizer step",))]
+    # Offloaded, it is in host memory only while the step runs: shown, not added to its figure.
+    detail = ("single-tensor on the host: 2 copies of the largest parameter shard" if offload
+              else "single-tensor: 2 copies of the largest parameter")
+    item = Item("AdamW step", 2 * largest * nbytes / shards, offload, detail, info=offload)
+    return [(item, () if offload else ("optimizer step",))]
 
 
 def _peak_phase(phased: Phased) -> tuple[list[Item], str]:
@@ -912,7 +889,6 @@ class Suggestion:
 
     overrides: dict[str, Any]
     plan: Plan
-    cost: float
 
     @property
     def line(self) -> str:
@@ -1045,7 +1021,7 @@ def _overrides(base: Layout, new: Layout) -> dict[str, Any]:
 
 
 def _best(options: list[tuple[float, Layout]],
-          score: Callable[[Layout], float | None]) -> tuple[float, Layout] | None:
+          score: Callable[[Layout], float | None]) -> Layout | None:
     """The cheapest option whose `score` is not None (it fits); among equally cheap ones, the
     highest score (the most room)."""
     best: tuple[float, float, Layout] | None = None
@@ -1055,7 +1031,7 @@ def _best(options: list[tuple[float, Layout]],
         value = score(lay)
         if value is not None and (best is None or value > best[1]):
             best = (cost, value, lay)
-    return None if best is None else (best[0], best[2])
+    return None if best is None else best[2]
 
 
 def suggest(
@@ -1099,21 +1075,15 @@ def suggest(
         # The roles use different GPUs: each takes its own nearest fix.
         best_l = _best(learner_opts, learner_room)
         best_r = _best(rollout_opts, rollout_room)
-        merged = None if best_l is None or best_r is None else _merge(best_l[1], best_r[1])
-        if best_l is None or best_r is None or merged is None:
-            return None
-        chosen, cost = merged, best_l[0] + best_r[0]
+        chosen = None if best_l is None or best_r is None else _merge(best_l, best_r)
     else:
         # The roles share GPUs: search pairs, cheapest first, each role fitting on its own.
         fit_l = [(c, lay) for c, lay in learner_opts if learner_room(lay) is not None]
         fit_r = [(c, lay) for c, lay in rollout_opts if rollout_room(lay) is not None]
         pairs = [(cl + cr, lay) for (cl, ll), (cr, lr) in itertools.product(fit_l, fit_r)
                  if (lay := _merge(ll, lr)) is not None]
-        found = _best(pairs, colocated_room)
-        if found is None:
-            return None
-        cost, chosen = found
-    return Suggestion(_overrides(base, chosen), plan_of(chosen), cost)
+        chosen = _best(pairs, colocated_room)
+    return None if chosen is None else Suggestion(_overrides(base, chosen), plan_of(chosen))
 
 
 def check_fits(
@@ -1152,8 +1122,6 @@ def check_fits(
 
 
 # ---------------------------------------------------------------------------------------------
-# Report
-
 # Report
 
 
