@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -397,13 +399,13 @@ NON_NEGATIVE: tuple[str, ...] = (
     "algo.vespo_k_pos", "algo.vespo_k_neg", "sandbox.retries", "algo.step_coef",
 )
 AT_LEAST_ONE_OR_NULL: tuple[str, ...] = ("rollout.num_threads", "learner.num_threads")
-
-
-def _get(cfg: Any, dotted: str) -> Any:
-    node = cfg
-    for part in dotted.split("."):
-        node = getattr(node, part)
-    return node
+# Each bound of the tables above: the test a value fails, and what is allowed instead.
+_BOUNDS: tuple[tuple[tuple[str, ...], Callable[[Any], bool], str], ...] = (
+    (POSITIVE, lambda value: value <= 0, "must be > 0"),
+    (NON_NEGATIVE, lambda value: value < 0, "must be >= 0"),
+    (AT_LEAST_ONE_OR_NULL, lambda value: value is not None and value < 1,
+     "must be >= 1, or null for the actor's num_cpus"),
+)
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -413,34 +415,24 @@ def _fail(key: str, value: Any, allowed: str) -> None:
 def validate(cfg: Config | DictConfig) -> None:
     """Reject values and combinations a run cannot start with."""
     for key, choices in CHOICES.items():
-        value = _get(cfg, key)
+        value = attrgetter(key)(cfg)
         if value not in choices:
             hint = value_hint(key, value)
             if hint:
                 raise ConfigError(hint)
             _fail(key, value, "choose one of " + ", ".join(choices))
-    for key in POSITIVE:
-        value = _get(cfg, key)
-        if value <= 0:
-            _fail(key, value, "must be > 0")
-    for key in NON_NEGATIVE:
-        value = _get(cfg, key)
-        if value < 0:
-            _fail(key, value, "must be >= 0")
-    for key in AT_LEAST_ONE_OR_NULL:
-        value = _get(cfg, key)
-        if value is not None and value < 1:
-            _fail(key, value, "must be >= 1, or null for the actor's num_cpus")
+    for keys, fails, allowed in _BOUNDS:
+        for key in keys:
+            if fails(value := attrgetter(key)(cfg)):
+                _fail(key, value, allowed)
 
     algo, learner = cfg.algo, cfg.learner
     top_p = cfg.rollout.sampling.top_p
     if not 0 < top_p <= 1:
         _fail("rollout.sampling.top_p", top_p, "must be in (0, 1]")
     if not 0 <= algo.negative_advantage_scale <= 1:
-        _fail(
-            "algo.negative_advantage_scale", algo.negative_advantage_scale,
-            "must be in [0, 1] (1: GRPO; 0: reinforce only better-than-group samples)",
-        )
+        _fail("algo.negative_advantage_scale", algo.negative_advantage_scale,
+              "must be in [0, 1] (1: GRPO; 0: reinforce only better-than-group samples)")
     if algo.group_size == 1 and algo.scale_rewards == "group":
         _fail(
             "algo.group_size", 1,
@@ -449,18 +441,14 @@ def validate(cfg: Config | DictConfig) -> None:
     batch = algo.prompts_per_step * algo.group_size
     per_update = algo.mini_batches * learner.num_workers
     if batch % per_update:
-        _fail(
-            "algo.prompts_per_step", algo.prompts_per_step,
-            f"prompts_per_step*group_size={batch} must divide into algo.mini_batches*"
-            f"learner.num_workers={per_update} equal shards",
-        )
+        _fail("algo.prompts_per_step", algo.prompts_per_step,
+              f"prompts_per_step*group_size={batch} must divide into algo.mini_batches*"
+              f"learner.num_workers={per_update} equal shards")
     trainer = cfg.trainer
     if trainer.eval_k and (min(trainer.eval_k) < 1 or max(trainer.eval_k) > trainer.eval_samples):
-        _fail(
-            "trainer.eval_k", list(trainer.eval_k),
-            f"pass@k needs 1 <= k <= trainer.eval_samples={trainer.eval_samples} sampled "
-            "completions per problem",
-        )
+        _fail("trainer.eval_k", list(trainer.eval_k),
+              f"pass@k needs 1 <= k <= trainer.eval_samples={trainer.eval_samples} sampled "
+              "completions per problem")
     fraction = cfg.sft.math_fraction
     if fraction is not None and not 0 <= fraction <= 1:
         _fail("sft.math_fraction", fraction, "must be in [0, 1] (or null: the mix of data.train)")
@@ -468,10 +456,8 @@ def validate(cfg: Config | DictConfig) -> None:
         _fail("algo.dual_clip", algo.dual_clip, "must be > 1 (or null to disable)")
     _validate_policy_loss(algo)
     if algo.max_staleness > 0 and algo.is_correction == "none":
-        _fail(
-            "algo.is_correction", "none",
-            "off-policy training (algo.max_staleness > 0) needs token or sequence IS correction",
-        )
+        _fail("algo.is_correction", "none",
+              "off-policy training (algo.max_staleness > 0) needs token or sequence IS correction")
     if cfg.rollout.partial and algo.max_staleness < 1:
         _fail("rollout.partial", True,
               "a partial rollout's tokens come from several weight versions: set "
@@ -512,11 +498,9 @@ def validate(cfg: Config | DictConfig) -> None:
               "step advantages are made of the step parts: set reward.step_rewards=true (or "
               "env.turn_rewards=true with a multi-turn environment)")
     if cfg.reward.aggregation == "normalize_then_sum" and algo.scale_rewards != "group":
-        _fail(
-            "algo.scale_rewards", algo.scale_rewards,
-            "reward.aggregation=normalize_then_sum scales by the std of each component in its "
-            "group and of the batch itself (TRL ignores scale_rewards there): leave it at group",
-        )
+        _fail("algo.scale_rewards", algo.scale_rewards,
+              "reward.aggregation=normalize_then_sum scales by the std of each component in its "
+              "group and of the batch itself (TRL ignores scale_rewards there): leave it at group")
 
 
 # What validation logs under val/ (and val/<kind>/ on a mixed set): `rlrun.evaluation`.
@@ -594,7 +578,7 @@ def _validate_gpu_layout(cfg: Config) -> None:
               "vLLM on GPUs receives weights over NCCL, so the learner must be on GPUs "
               "(learner.num_gpus > 0)")
     for role in ("rollout", "learner", "sandbox"):
-        group = _get(cfg, f"{role}.node_group")
+        group = attrgetter(f"{role}.node_group")(cfg)
         if group is not None and not str(group).strip():
             _fail(f"{role}.node_group", group, "name a node group, or null for any node")
     if colocated:
@@ -722,10 +706,6 @@ def _check_keys(cls: type, value: Any, path: str) -> None:
                     _check_keys(element, entry, f"{where}[{i}]")
 
 
-def _schema() -> DictConfig:
-    return OmegaConf.structured(Config)
-
-
 def _explain(err: OmegaConfBaseException) -> str:
     key = getattr(err, "full_key", None) or getattr(err, "key", None) or "?"
     if isinstance(err, ConfigKeyError):
@@ -743,7 +723,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     Returns a `Config` dataclass instance with every interpolation resolved.
     """
     try:
-        merged = _schema()
+        merged = OmegaConf.structured(Config)
         if path is not None:
             p = Path(path)
             if not p.is_file():
@@ -808,4 +788,4 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 def from_dict(d: dict[str, Any]) -> Config:
     """Rebuild a Config from `to_dict` output (how actors receive it)."""
-    return OmegaConf.to_object(OmegaConf.merge(_schema(), d))  # type: ignore[return-value]
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), d))  # type: ignore[return-value]
