@@ -204,12 +204,6 @@ def _offline() -> bool:
     )
 
 
-def _hub_endpoint() -> str:
-    from huggingface_hub import constants
-
-    return constants.ENDPOINT
-
-
 def _reachable(url: str, timeout_s: float = 3.0) -> bool:
     """Whether a TCP connection to the URL's host opens; huggingface_hub itself retries an
     unreachable hub for about 20 s before giving up."""
@@ -246,7 +240,9 @@ def _from_pretrained(loader: Any, path: str, key: str, what: str) -> Any:
             "cache, and HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set so the hub was not "
             f"tried (download it first, or point {key} at a local directory)"
         )
-    endpoint = _hub_endpoint()
+    from huggingface_hub import constants
+
+    endpoint = constants.ENDPOINT
     if not _reachable(endpoint):
         raise ModelLoadError(
             f"{key}={path!r}: not a local directory and its {what} is not in the Hugging Face "
@@ -293,10 +289,8 @@ def check_loadable(path: str, tokenizer: str | None = None) -> None:
                 "pytorch_model*.bin)"
             )
         _check_safetensors(path, local)
-    if tokenizer:
-        _from_pretrained(AutoTokenizer, tokenizer, "model.tokenizer", "tokenizer")
-    else:
-        _from_pretrained(AutoTokenizer, path, "model.path", "tokenizer")
+    key = "model.tokenizer" if tokenizer else "model.path"
+    _from_pretrained(AutoTokenizer, tokenizer or path, key, "tokenizer")
 
 
 def _check_safetensors(path: str, local: Path) -> None:
