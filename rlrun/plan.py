@@ -820,20 +820,17 @@ def _rollout(shape: ModelShape, lay: Layout, gpu: Gpu | None) -> RolloutPlan:
 def _colocated(learner: LearnerPlan, rollout: RolloutPlan, lay: Layout,
                gpu: Gpu | None) -> RolePlan:
     util = lay.cfg.rollout.gpu_memory_utilization
-    train = learner.total + VLLM_ASLEEP
-    items = [Item("train phase", train, False,
-                  f"learner {_gib(learner.total)} + vLLM asleep {_gib(VLLM_ASLEEP)}"),
-             Item("generate phase", 0.0, False, "")]
+    train = Item("train phase", learner.total + VLLM_ASLEEP, info=True,
+                 detail=f"learner {_gib(learner.total)} + vLLM asleep {_gib(VLLM_ASLEEP)}")
+    generate = Item("generate phase", 0.0, info=True)
     if gpu is not None:
-        awake = learner.resident + util * gpu.capacity
-        items[1] = Item("generate phase", awake, False,
-                        f"learner resident {_gib(learner.resident)} + vLLM {util:g} x "
+        generate = Item("generate phase", learner.resident + util * gpu.capacity, info=True,
+                        detail=f"learner resident {_gib(learner.resident)} + vLLM {util:g} x "
                         f"{gpu.usable_gib:g} GiB")
-    peak = max(i.nbytes for i in items)
     # Shown as a single peak line: the two phases never overlap.
-    shown = [Item("peak", peak, detail="the larger phase below")] + [
-        dataclasses.replace(i, info=True) for i in items]
-    plan = RolePlan("colocated", shown, None if gpu is None else gpu.capacity,
+    peak = max(train.nbytes, generate.nbytes)
+    items = [Item("peak", peak, detail="the larger phase below"), train, generate]
+    plan = RolePlan("colocated", items, None if gpu is None else gpu.capacity,
                     "per GPU: one learner rank + one vLLM worker; sleep level 1 (weights to "
                     "host) or 2 (discarded) frees the same GPU memory")
     plan.notes.append(f"sleep level 1 keeps {_gib(rollout.weights)} of vLLM weights per GPU in "
@@ -845,7 +842,7 @@ def _colocated(learner: LearnerPlan, rollout: RolloutPlan, lay: Layout,
                           f"learner.num_workers = {workers}: colocation pairs one of each "
                           "per GPU")
     if gpu is not None and peak > gpu.capacity:
-        phase = "train" if train >= items[1].nbytes else "generate"
+        phase = "train" if train.nbytes >= generate.nbytes else "generate"
         fix = ("lower rollout.gpu_memory_utilization or shrink what the learner keeps between "
                "steps" if phase == "generate" else "shrink the learner")
         plan.problems.append(f"colocated {phase} phase needs {_gib(peak)} per GPU, more than the "
@@ -952,14 +949,12 @@ def _halvings(lay: Layout) -> list[Layout]:
         learner = lay.cfg.learner
         cap = learner.max_tokens_per_micro_batch
         rows = min(learner.micro_batch_size, lay.samples_per_rank_update)
-        if cap:
-            if cap // 2 < lay.seq_len:
-                return out
+        if cap and cap // 2 >= lay.seq_len:
             lay = lay.changed({"learner.max_tokens_per_micro_batch": cap // 2})
+        elif not cap and rows > 1:
+            lay = lay.changed({"learner.micro_batch_size": rows // 2})
         else:
-            if rows <= 1:
-                return out
-            lay = lay.changed({"learner.micro_batch_size": max(1, rows // 2)})
+            return out
         out.append(lay)
 
 
