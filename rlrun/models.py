@@ -103,11 +103,8 @@ def local_model(path: str) -> str:
 
 
 def resolve_model_path(cfg: ModelConfig, cache_dir: str, seed: int = 0) -> str:
-    """A path or hub id that `load_causal_lm` and `load_tokenizer` can load.
-
-    `seed` only matters for the tiny model (callers pass `run.seed`): the same tiny config and
-    seed always give the same directory and the same weights.
-    """
+    """A path or hub id that `load_causal_lm` and `load_tokenizer` can load; `seed` (callers
+    pass `run.seed`) only seeds the tiny model's weights."""
     if cfg.path == TINY:
         if cfg.tokenizer is not None:
             raise ModelLoadError(
