@@ -85,7 +85,7 @@ EXEC_FD = 4  # a binary child's memfd of the program, close-on-exec
 PEER_IN_FD = 4
 PEER_OUT_FD = 5
 MAX_FRAME = 1 << 30
-# Written by a child's setup code just before the program starts (see run_children).
+# Written by a child's setup code just before the program starts (see supervise).
 READY_FRAME = struct.pack(">I", len(b'{"k":"ready"}')) + b'{"k":"ready"}'
 
 SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -451,7 +451,12 @@ def build_root(tmpfs_mb):
 # ---------------------------------------------------------------------------------------------
 # The child.
 
-def set_limits(slot, cpu_s, as_bytes, nproc):
+def confine(slot, workdir, cpu_s, as_bytes, nproc):
+    """Enter the work directory, become the slot's uid and take the test's limits."""
+    os.chdir(workdir)
+    if slot.uid is not None:
+        os.setgid(slot.gid)
+        os.setuid(slot.uid)
     soft = max(1, int(cpu_s + 0.999))
     resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
     if as_bytes:
@@ -460,13 +465,6 @@ def set_limits(slot, cpu_s, as_bytes, nproc):
     resource.setrlimit(resource.RLIMIT_NOFILE, (slot.nofile, slot.nofile))
     if nproc > 0:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-
-
-def drop_privileges(slot, workdir):
-    os.chdir(workdir)
-    if slot.uid is not None:
-        os.setgid(slot.gid)
-        os.setuid(slot.uid)
 
 
 def emit(obj, dumps=dump_json, pack=struct.pack, write=os.write):
@@ -478,9 +476,9 @@ def emit(obj, dumps=dump_json, pack=struct.pack, write=os.write):
         view = view[write(RESULT_FD, view):]
 
 
-def child_python(slot, run, test, workdir, fds):
-    """Runs in the forked child: our setup, then `run(emit)` (the program, or a harness that
-    calls into a program process); never returns."""
+def child_python(slot, run, args, test, workdir, fds):
+    """Runs in the forked child: our setup, then `run(*args, emit)` (the program, or a harness
+    that calls into a program process); never returns."""
     # Bound before the program runs, which may replace these names where they are defined.
     exit_now, send = os._exit, emit
     status = 1
@@ -499,15 +497,15 @@ def child_python(slot, run, test, workdir, fds):
             os.dup2(peer[1], PEER_OUT_FD)
             last = PEER_OUT_FD
         os.closerange(last + 1, 1 << 16)
-        drop_privileges(slot, workdir)
         mem = int(test.get("memory_limit_mb", 512)) << 20
-        set_limits(slot, float(test.get("time_limit_s", 2.0)), slot.base_vm + mem, slot.nproc)
+        confine(slot, workdir, float(test.get("time_limit_s", 2.0)), slot.base_vm + mem,
+                slot.nproc)
         if slot.seccomp_py is not None:
             load_seccomp(slot.seccomp_py[1])
         sys.stdin, out, err = slot.streams
         sys.stdout, sys.stderr = out, err
         os.write(RESULT_FD, READY_FRAME)
-        status = run(send)
+        status = run(*args, send)
     except SystemExit as e:
         status = 0 if e.code in (None, 0) else (e.code if isinstance(e.code, int) else 1)
         if test.get("mode") != "stdio":
@@ -920,7 +918,7 @@ def serve_harness(slot, g, request):
     return 0
 
 
-def child_exec(slot, program, argv, workdir, fds, limits, use_seccomp):
+def child_exec(slot, program, argv, limits, use_seccomp, workdir, fds):
     """Runs in the forked child: setup, then execve of `program` (a path or a memfd)."""
     try:
         if not slot.pid1:
@@ -935,8 +933,7 @@ def child_exec(slot, program, argv, workdir, fds, limits, use_seccomp):
             os.dup2(program, EXEC_FD, inheritable=False)
             program = EXEC_FD
         os.closerange(EXEC_FD + 1, 1 << 16)
-        drop_privileges(slot, workdir)
-        set_limits(slot, *limits)
+        confine(slot, workdir, *limits)
         if use_seccomp and slot.seccomp_bin is not None:
             load_seccomp(slot.seccomp_bin[1])
         env = dict(SAFE_ENV, HOME=workdir, TMPDIR=workdir)
@@ -970,11 +967,11 @@ class Kid:
         cleanup_dir(self.workdir)
 
 
-def fork_child(slot, start_child, stdin_data, peer=None):
+def fork_child(slot, start_child, args, stdin_data, peer=None):
     """Fork one test process with a fresh work directory, stdin from a memfd holding
     `stdin_data`, pipes for its output and result frames and, for the two processes of a
-    harness test, `peer`: its ends of the pipes between them. `start_child(workdir, fds)` runs
-    in the child."""
+    harness test, `peer`: its ends of the pipes between them. `start_child(*args, workdir,
+    fds)` runs in the child."""
     slot.counter += 1
     workdir = f"{slot.work_root}/t{slot.counter}"
     os.mkdir(workdir, 0o700)
@@ -993,7 +990,7 @@ def fork_child(slot, start_child, stdin_data, peer=None):
     pid = os.fork()
     if pid == 0:
         try:
-            start_child(workdir, (stdin_fd, out_w, err_w, res_w, peer))
+            start_child(*args, workdir, (stdin_fd, out_w, err_w, res_w, peer))
         finally:
             os._exit(127)
     for fd in (stdin_fd, out_w, err_w, res_w):
@@ -1001,35 +998,11 @@ def fork_child(slot, start_child, stdin_data, peer=None):
     return Kid(pid, out_r, err_r, res_r, workdir)
 
 
-def run_children(slot, kids, t0, wall_s, frames):
-    """Supervise `kids` (see supervise) and clean up after them; one result each."""
-    try:
-        raws = supervise(slot, kids, t0, wall_s, frames)
-    finally:
-        for kid in kids:
-            kid.close()
-        for d in slot.sweep:
-            sweep_dir(d, slot.keep)
-    results = []
-    for result in raws:
-        res = result.pop("res")
-        # The setup code writes "ready" before any program code runs, so a child without it
-        # died in our code (a sandbox fault) and one with it cannot pretend otherwise.
-        result["ready"] = res.startswith(READY_FRAME)
-        frames, bad = parse_frames(res[len(READY_FRAME):] if result["ready"] else res)
-        result["start_error"] = next((fr.get("m", "") for fr in frames[:1]
-                                      if isinstance(fr, dict) and fr.get("k") == "execfail"), "")
-        result["frames"] = frames
-        result["frame_error"] = bad
-        results.append(result)
-    return results
-
-
-def run_one(slot, start_child, stdin_data, wall_s, frames=False):
+def run_one(slot, start_child, args, stdin_data, wall_s, frames=False):
     """Fork one child for one test and supervise it (`frames`: see supervise)."""
     t0 = time.monotonic()
-    return run_children(slot, [fork_child(slot, start_child, stdin_data)], t0, wall_s,
-                        frames)[0]
+    return supervise(slot, [fork_child(slot, start_child, args, stdin_data)], t0, wall_s,
+                     frames)[0]
 
 
 def run_pair(slot, code, test):
@@ -1043,13 +1016,11 @@ def run_pair(slot, code, test):
     t0 = time.monotonic()
     try:
         kids.append(fork_child(
-            slot, lambda workdir, fds: child_python(
-                slot, lambda send: run_python(slot, code, test, send), test, workdir, fds),
+            slot, child_python, (slot, run_python, (slot, code, test), test),
             test.get("stdin", "").encode("utf-8", "surrogateescape"), (ask_r, answer_w)))
         kids.insert(0, fork_child(
-            slot, lambda workdir, fds: child_python(
-                slot, lambda send: run_harness(slot, test, send), test, workdir, fds),
-            b"", (answer_r, ask_w)))
+            slot, child_python, (slot, run_harness, (slot, test), test), b"",
+            (answer_r, ask_w)))
     except BaseException:
         kill_rest(slot, [kid.pid for kid in kids])
         for kid in kids:
@@ -1060,7 +1031,7 @@ def run_pair(slot, code, test):
         # Only the two children hold these now, so either one's exit is EOF to the other.
         for fd in (ask_r, ask_w, answer_r, answer_w):
             os.close(fd)
-    harness, program = run_children(slot, kids, t0, wall_s, frames=True)
+    harness, program = supervise(slot, kids, t0, wall_s, frames=True)
     program["harness"] = harness
     program["ready"] = program["ready"] and harness["ready"]
     program["start_error"] = program["start_error"] or harness["start_error"]
@@ -1070,8 +1041,8 @@ def run_pair(slot, code, test):
 def supervise(slot, kids, t0, wall_s, frames):
     """Read the children's pipes (capped) until the first of `kids` has exited, and the others
     too or a short grace after it, and the pipes close, or a limit is hit; then kill everything
-    the test started and reap it. One result per kid; `killed` says the zygote killed it (it
-    outlived the grace, or the test ran out of time).
+    the test started, reap it and clean up after it. One result per kid; `killed` says the
+    zygote killed it (it outlived the grace, or the test ran out of time).
 
     Without `frames` (a stdio or binary test) the result pipe carries only our few-byte setup
     frames, so it is read once everything is dead instead of waking the zygote while the test
@@ -1141,36 +1112,45 @@ def supervise(slot, kids, t0, wall_s, frames):
         if not ended:
             killed = [running(pid) for pid in pids]
             kill_rest(slot, pids)
-    waited = [os.wait4(kid.pid, 0) for kid in kids]
-    wall = time.monotonic() - t0
-    reap_orphans()
     results = []
-    for kid, was_killed, (_, status, ru) in zip(kids, killed, waited, strict=True):
-        res = bufs[kid.res_r]
-        if not frames:
-            # Everything the test started is dead or dying: take what the pipe holds, never
-            # wait.
-            os.set_blocking(kid.res_r, False)
-            try:
-                while chunk := os.read(kid.res_r, 1 << 16):
-                    res += chunk
-            except BlockingIOError:
-                pass
-            exceeded = exceeded or len(res) > caps[kid.res_r]
-            del res[caps[kid.res_r]:]
-        result = {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
-                  "maxrss_kb": ru.ru_maxrss, "timed_out": timed_out,
-                  "output_exceeded": exceeded, "killed": was_killed,
-                  "stdout": bufs[kid.out_r].decode("utf-8", "surrogateescape"),
-                  "stderr": bufs[kid.err_r][-4096:].decode("utf-8", "replace"),
-                  "res": bytes(res)}
-        if os.WIFSIGNALED(status):
-            result["signal"] = os.WTERMSIG(status)
-            result["exit_code"] = None
-        else:
-            result["signal"] = None
-            result["exit_code"] = os.WEXITSTATUS(status)
-        results.append(result)
+    try:
+        waited = [os.wait4(kid.pid, 0) for kid in kids]
+        wall = time.monotonic() - t0
+        reap_orphans()
+        for kid, was_killed, (_, status, ru) in zip(kids, killed, waited, strict=True):
+            res = bufs[kid.res_r]
+            if not frames:
+                # Everything the test started is dead or dying: take what the pipe holds, never
+                # wait.
+                os.set_blocking(kid.res_r, False)
+                try:
+                    while chunk := os.read(kid.res_r, 1 << 16):
+                        res += chunk
+                except BlockingIOError:
+                    pass
+                exceeded = exceeded or len(res) > caps[kid.res_r]
+                del res[caps[kid.res_r]:]
+            # The setup code writes "ready" before any program code runs, so a child without
+            # it died in our code (a sandbox fault) and one with it cannot pretend otherwise.
+            ready = res.startswith(READY_FRAME)
+            parsed, bad = parse_frames(res[len(READY_FRAME):] if ready else res)
+            signaled = os.WIFSIGNALED(status)
+            results.append({
+                "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss,
+                "timed_out": timed_out, "output_exceeded": exceeded, "killed": was_killed,
+                "stdout": bufs[kid.out_r].decode("utf-8", "surrogateescape"),
+                "stderr": bufs[kid.err_r][-4096:].decode("utf-8", "replace"),
+                "signal": os.WTERMSIG(status) if signaled else None,
+                "exit_code": None if signaled else os.WEXITSTATUS(status),
+                "ready": ready, "frames": parsed, "frame_error": bad,
+                "start_error": next((fr.get("m", "") for fr in parsed[:1]
+                                     if isinstance(fr, dict) and fr.get("k") == "execfail"), ""),
+            })
+    finally:
+        for kid in kids:
+            kid.close()
+        for d in slot.sweep:
+            sweep_dir(d, slot.keep)
     return results
 
 
@@ -1293,10 +1273,8 @@ def op_run(slot, req):
                 test = dict(test, harness_code=cached_compile(slot, test["harness"], "<harness>"))
                 r = run_pair(slot, code, test)
             else:
-                def start(workdir, fds, test=test):
-                    child_python(slot, lambda send: run_python(slot, code, test, send), test,
-                                 workdir, fds)
-                r = run_one(slot, start, test.get("stdin", "").encode("utf-8", "surrogateescape"),
+                r = run_one(slot, child_python, (slot, run_python, (slot, code, test), test),
+                            test.get("stdin", "").encode("utf-8", "surrogateescape"),
                             float(test.get("time_limit_s", 2.0)), frames=mode != "stdio")
             results.append(r)
             if req.get("stop_on_abnormal") and abnormal(r):
@@ -1308,10 +1286,8 @@ def op_run(slot, req):
     for test in req["tests"]:
         limit = float(test.get("time_limit_s", 2.0))
         mem = (int(test.get("memory_limit_mb", 512)) + 32) << 20
-
-        def start(workdir, fds, limit=limit, mem=mem):
-            child_exec(slot, binary, ["main"], workdir, fds, (limit, mem, slot.nproc), True)
-        r = run_one(slot, start, test.get("stdin", "").encode("utf-8", "surrogateescape"), limit)
+        r = run_one(slot, child_exec, (slot, binary, ["main"], (limit, mem, slot.nproc), True),
+                    test.get("stdin", "").encode("utf-8", "surrogateescape"), limit)
         results.append(r)
         if req.get("stop_on_abnormal") and abnormal(r):
             break
@@ -1342,11 +1318,11 @@ def op_compile(slot, req):
     compiler = argv[0] if os.path.isabs(argv[0]) else resolve(argv[0])
 
     def start(_workdir, fds):
-        child_exec(slot, compiler, argv, src_dir, fds, (limit, mem, 0), False)
+        child_exec(slot, compiler, argv, (limit, mem, 0), False, src_dir, fds)
 
     slot.keep.add(src_dir)
     try:
-        r = run_one(slot, start, b"", limit)
+        r = run_one(slot, start, (), b"", limit)
     finally:
         slot.keep.discard(src_dir)
     if not r["ready"]:
