@@ -2,29 +2,22 @@
 
 A reward that fails the reference solutions (an extractor that misses "$1,000", a harness that
 rejects the canonical program) or pays for wrong ones teaches the model the wrong thing, so
-`rlrun check-rewards` and `reward.audit_before_training` run this before any GPU time is spent.
+`rlrun check-rewards` and `reward.audit_before_training` run this before any GPU time is spent
+(docs/rewards.md).
 
-For each problem with a reference:
+- math: the reference completion is `problem.reference` (the worked solution), else the gold
+  answer as the extractor reads it (`#### 18`, `The answer is 18.`, `$\\boxed{18}$`); the wrong
+  one changes the extracted final answer (a number +1, any other answer with "+1" appended).
+- code: the reference program in a fenced block of the problem's language; the wrong one is
+  cut to the first half of its lines (a lone line becomes `pass`).
 
-- math: the reference completion is `problem.reference` (the worked solution) when the data has
-  one, else the gold answer written the way the extractor reads it (`#### 18`, `The answer is
-  18.`, `$\\boxed{18}$`). The wrong completion is the same text with the extracted final answer
-  changed (a number +1, any other answer with "+1" appended).
-- code: the reference completion is the reference program in a fenced block of the problem's
-  language. The wrong completion is the same program cut to the first half of its lines (a
-  lone line becomes `pass`).
-
-A row passes when every `reward.fns` component reaches full marks (1.0); a component that gave
-no score (None: a sandbox failure, a plug-in that does not apply) is not full marks. Shaping
-terms are left out: they judge the form of a completion, not its correctness.
+A row passes when every `reward.fns` component gives full marks (1.0; None is not full marks).
+Shaping terms judge form, not correctness, and are left out.
 
 With `reward.step_rewards`, math references are also checked step by step
-(`rlrun.rewards.steps`): every checkable step of a reference should verify, and one that does
-not is listed. Then each verified step with a bare number on the right of an equality is
-perturbed on its own: that result is changed (+1), everywhere the step writes it (GSM8K writes
-it in the annotation and after it, `<<16-3-4=10>>10`), as a model that got this one
-computation wrong would write it. A perturbation is caught at its step when that step's
-verdict is `wrong` and no earlier step's verdict changed.
+(`rlrun.rewards.steps`), and each verified step with a bare number on the right of an equality
+is perturbed on its own: that result +1 everywhere the step writes it (`<<16-3-4=10>>10`). A
+perturbation is caught when its step's verdict is `wrong` and no earlier verdict changed.
 """
 
 from __future__ import annotations
@@ -114,9 +107,9 @@ def perturb_number(written: str) -> str:
         raise ValueError(f"{written!r} is not a number")
     value += 1
     decimals = len(body.split(".")[1]) if "." in body else 0
-    if (value * 10**decimals).denominator != 1:
-        return f"{value.numerator}/{value.denominator}{percent}"  # "⅓" + 1 -> "4/3"
     scaled = value * 10**decimals
+    if scaled.denominator != 1:
+        return f"{value.numerator}/{value.denominator}{percent}"  # "⅓" + 1 -> "4/3"
     digits = str(abs(scaled.numerator)).rjust(decimals + 1, "0")
     sign = "-" if value < 0 else ""
     if decimals:
@@ -186,8 +179,8 @@ class StepAudit:
             if rows:
                 lines.append(f"{title} ({min(worst, len(rows))} of {len(rows)}):")
                 for r in rows[:worst]:
-                    lines.append(f"  {r.problem_id} step {r.step + 1}: {_short(r.text, 90)}")
-                    lines.append(f"      claims: {'; '.join(r.claims)}")
+                    lines += [f"  {r.problem_id} step {r.step + 1}: {_short(r.text, 90)}",
+                              f"      claims: {'; '.join(r.claims)}"]
         return "\n".join(lines)
 
 
@@ -248,21 +241,16 @@ class AuditReport:
     def _case(self, case: str) -> list[AuditRow]:
         return [r for r in self.rows if r.case == case]
 
+    def _passed(self, case: str) -> int:
+        return sum(r.passed for r in self._case(case))
+
     @property
     def reference_total(self) -> int:
         return len(self._case("reference"))
 
     @property
     def reference_passed(self) -> int:
-        return sum(r.passed for r in self._case("reference"))
-
-    @property
-    def wrong_total(self) -> int:
-        return len(self._case("wrong"))
-
-    @property
-    def wrong_passed(self) -> int:
-        return sum(r.passed for r in self._case("wrong"))
+        return self._passed("reference")
 
     @property
     def reference_pass_rate(self) -> float:
@@ -274,7 +262,7 @@ class AuditReport:
     def summary(self) -> str:
         return (
             f"reference: {self.reference_passed}/{self.reference_total} passed, "
-            f"wrong: {self.wrong_passed}/{self.wrong_total} passed"
+            f"wrong: {self._passed('wrong')}/{len(self._case('wrong'))} passed"
         )
 
     def table(self, worst: int = 10) -> str:
@@ -282,8 +270,7 @@ class AuditReport:
         lines = [f"{'case':<10} {'total':>6} {'passed':>7} {'rate':>7} {'no answer':>10} "
                  f"{'timeouts':>9}"]
         for case in ("reference", "wrong"):
-            rows = self._case(case)
-            passed = sum(r.passed for r in rows)
+            rows, passed = self._case(case), self._passed(case)
             rate = f"{passed / len(rows):.1%}" if rows else "-"
             lines.append(
                 f"{case:<10} {len(rows):>6} {passed:>7} {rate:>7} "
@@ -295,16 +282,11 @@ class AuditReport:
         bad = [r for r in self._case("reference") if not r.passed]
         bad += [r for r in self._case("wrong") if r.passed]
         if bad:
-            lines.append("")
-            lines.append(f"worst rows ({min(worst, len(bad))} of {len(bad)}):")
-            lines.append(f"  {'problem':<24} {'case':<10} {'score':>6} {'status':<14} "
-                         "extracted -> expected")
-            for r in bad[:worst]:
-                got = _short(r.extracted)
-                lines.append(
-                    f"  {r.problem_id:<24} {r.case:<10} {r.score:>6.2f} {r.status:<14} "
-                    f"{got} -> {_short(r.expected)}"
-                )
+            lines += ["", f"worst rows ({min(worst, len(bad))} of {len(bad)}):",
+                      f"  {'problem':<24} {'case':<10} {'score':>6} {'status':<14} "
+                      "extracted -> expected"]
+            lines += [f"  {r.problem_id:<24} {r.case:<10} {r.score:>6.2f} {r.status:<14} "
+                      f"{_short(r.extracted)} -> {_short(r.expected)}" for r in bad[:worst]]
         if self.steps is not None:
             lines += ["", self.steps.table(worst)]
         return "\n".join(lines)

@@ -1,45 +1,36 @@
 """Step-level checking of math solutions: every arithmetic claim of every step, evaluated exactly.
 
-A **step** is a line of the completion; blank lines are skipped, and a step's span is its line
-without the surrounding whitespace. Lines are how GSM8K writes its worked solutions (one
-computation a line) and how instruct models write theirs; a solution written as one paragraph
-is one step, wrong when any of its claims is.
-
-A **claim** is an equality the step writes down:
+A **step** is a non-blank line of the completion, stripped (GSM8K and instruct models write one
+computation a line; a one-paragraph solution is one step). Its **claims** are the equalities it
+writes down (docs/rewards.md, "Step rewards"):
 
 - `a op b = c`, with + - * / (also `x`, `×`, `÷`, `·` between numbers, `\\times`, `\\cdot`,
-  `\\div`), parentheses and unary minus;
-- chains `a + b = c + d = e`: each `=` is one claim between the arithmetic on its two sides;
+  `\\div`), parentheses and unary minus; in a chain `a + b = c + d = e` each `=` is one claim;
 - GSM8K's calculator annotations `<<48/2=24>>`, checked on their own; the text around them is
   checked as if they were not there (`48/2 = <<48/2=24>>24` asserts 48/2 = 24 twice).
 
-Numbers may carry thousands commas (`80,000`), decimals (`1.5`, `.5`), a currency sign (`$`,
-`€`, `£`, which are ignored) and a percent sign. Fractions are divisions (`3/4`). A side of an
-`=` is the longest run of numbers, operators and parentheses next to it; words end a run. So
-`16 - 3 - 4 = 9 eggs` claims 16 - 3 - 4 = 9, while in `2 hours = 120 minutes` the `=` has no
-arithmetic on its left and claims nothing. An equality is a claim only when one side computes
-something (an operator, not a bare number): `60 = 1 hour` is a unit conversion, not arithmetic.
+Numbers may carry thousands commas (`80,000`), decimals (`1.5`, `.5`), an ignored currency sign
+(`$`, `€`, `£`) and a percent sign; fractions are divisions (`3/4`). A side of an `=` is the
+longest run of numbers, operators and parentheses next to it; words end a run, so `16 - 3 - 4 =
+9 eggs` claims 16 - 3 - 4 = 9. An equality is a claim only when one side computes (an operator,
+not a bare number): `60 = 1 hour` and `2 hours = 120 minutes` claim nothing.
 
 Evaluation is exact (`fractions.Fraction`) by a hand-written tokenizer and recursive-descent
-parser; model text is never given to `eval`. An equality holds when both sides are equal, or
-when one side is a bare number written with d >= 1 decimals and lies within 10^-d of the exact
-value of the other (rounded or truncated: `10/3 = 3.33`). A percent is hundredths (`20% * 50 =
-10`), but a percent sign may also be a unit on a computed percentage (`30/120*100 = 25%`): the
-equality holds when either reading makes it hold.
+parser, never `eval`. An equality holds when both sides are equal, or when one side is a bare
+number written with d >= 1 decimals within 10^-d of the other (`10/3 = 3.33`). A percent is
+hundredths (`20% * 50 = 10`) or a unit on a computed percentage (`30/120*100 = 25%`): either
+reading may make it hold.
 
-What a side cannot be checked on: a number with more than `MAX_DIGITS` digits, an intermediate
-value past `MAX_BITS` bits, more than `MAX_TOKENS` tokens or `MAX_DEPTH` nested parentheses,
-division by zero, an exponent (`^`, `**`: not supported, so `9^9^9^9` costs nothing), and a run
-that starts right after a word or with an operator after a word (`sqrt(16) + 2`, `eggs - 3`).
-The claim is then uncheckable, not wrong. Every limit bounds work per token, so checking a
-completion takes time linear in its length whatever the text.
+A claim is uncheckable, not wrong, past a limit (`MAX_DIGITS` digits in a number, `MAX_BITS`
+bits in a value, `MAX_TOKENS` tokens or `MAX_DEPTH` nested parentheses on a side), on division
+by zero, an exponent (`^`, `**`: unsupported, so `9^9^9^9` costs nothing), or a run that starts
+right after a word or with an operator after a word (`sqrt(16) + 2`, `eggs - 3`). The limits
+bound work per token: checking takes time linear in the text's length, whatever the text.
 
-A step's verdict: `wrong` when any claim is false (whether or not the final answer depends on
-it), else `correct` when a claim was checked, else `uncheckable` (no arithmetic, or none that
-could be evaluated).
-
-`check_steps(text)` returns one `Step` per line; `last_tokens` finds the response token that
-ends each step, where training places the step's reward part.
+A step is `wrong` when any claim is false (whether or not the final answer depends on it), else
+`correct` when a claim was checked, else `uncheckable`. `check_steps(text)` returns one `Step`
+per line; `last_tokens` finds the response token that ends each step, where training places the
+step's reward part.
 """
 
 from __future__ import annotations
@@ -52,7 +43,6 @@ from fractions import Fraction
 from typing import Literal
 
 StepVerdict = Literal["correct", "wrong", "uncheckable"]
-VERDICTS: tuple[str, ...] = ("correct", "wrong", "uncheckable")
 
 MAX_DIGITS = 30  # digits in one number
 MAX_BITS = 1024  # bits of an intermediate numerator or denominator
@@ -67,9 +57,10 @@ _ANNOTATION = re.compile(rf"<<([^<>\n]{{0,{MAX_ANNOTATION}}})>>")
 _CURRENCY = frozenset("$€£")  # signs that carry no value: read as blanks
 _OPS = {"+": "+", "-": "-", "−": "-", "–": "-", "*": "*", "/": "/", "×": "*", "÷": "/", "·": "*",
         "(": "(", ")": ")"}
+# One-character tokens as (kind, operator); "^" is not evaluated: a run holding it is uncheckable.
+_SYMBOLS = {"=": ("eq", ""), "^": ("bad", ""), **{ch: ("op", op) for ch, op in _OPS.items()}}
 _LATEX_OPS = {"\\times": "*", "\\cdot": "*", "\\div": "/"}
 _DIGITS = frozenset("0123456789")  # ASCII only: "²" is not a number here
-_POISON = frozenset("^")  # operators rlrun does not evaluate: a run holding one is uncheckable
 _VULGAR = {"½": Fraction(1, 2), "⅓": Fraction(1, 3), "⅔": Fraction(2, 3), "¼": Fraction(1, 4),
            "¾": Fraction(3, 4), "⅕": Fraction(1, 5), "⅛": Fraction(1, 8)}
 # Words that make the number after them an operand of something before them: in "15 pages x
@@ -162,13 +153,10 @@ def check_line(text: str, start: int, end: int) -> list[Claim]:
 
 
 def last_tokens(ids: list[int], ends: list[int], decode: Callable[[list[int]], str]) -> list[int]:
-    """For each character offset in `ends` (ascending; a step's end), the index of the token of
-    `ids` that writes the character before it: the first k with len(decode(ids[:k + 1])) >=
-    end. `decode` is the engine's (skip special tokens), so it reproduces `response_text`.
-
-    Decoding prefixes rather than re-encoding the text keeps the tokens the model sampled.
-    A binary search per step, starting at the previous step's token: O(steps x log L) decodes.
-    """
+    """For each ascending character offset in `ends`, the index of the token of `ids` that
+    writes the character before it: the first k with len(decode(ids[:k + 1])) >= end. `decode`
+    is the engine's (skip special tokens), so it reproduces `response_text`, and the tokens stay
+    the sampled ones. A binary search per step from the previous step's token."""
     out, lo = [], 0
     for end in ends:
         hi = len(ids) - 1
@@ -214,14 +202,9 @@ def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
         ):
             tok, i = _number(text, i, end)
             toks.append(tok)
-        elif ch == "=":
-            toks.append(_Tok("eq", i, i + 1))
-            i += 1
-        elif ch in _OPS:
-            toks.append(_Tok("op", i, i + 1, _OPS[ch]))
-            i += 1
-        elif ch in _POISON:
-            toks.append(_Tok("bad", i, i + 1))
+        elif ch in _SYMBOLS:
+            kind, op = _SYMBOLS[ch]
+            toks.append(_Tok(kind, i, i + 1, op))
             i += 1
         else:
             # Letters make a word; punctuation stands alone ("7." ends a run, "3:2" splits one).
@@ -257,7 +240,6 @@ def _digits(s: str) -> bool:
 def _number(text: str, i: int, end: int) -> tuple[_Tok, int]:
     """A number at text[i]: digits with thousands commas or plain digits, an optional decimal
     part or vulgar fraction ("1½"), and percent sign. Past MAX_DIGITS digits its value is None."""
-    start = i
     if text[i] in _VULGAR:
         j = i + 1 + (i + 1 < end and text[i + 1] == "%")
         return _Tok("num", i, j, value=_VULGAR[text[i]], percent=j == i + 2), j
@@ -286,14 +268,13 @@ def _number(text: str, i: int, end: int) -> tuple[_Tok, int]:
     vulgar = _VULGAR.get(text[j], 0) if j < end and not frac_digits else 0
     j += vulgar != 0
     percent = j < end and text[j] == "%"
-    if percent:
-        j += 1
+    j += percent
     digits = len(int_digits) + len(frac_digits)
     value = None
     if digits <= MAX_DIGITS:
         scale = 10 ** len(frac_digits)
         value = Fraction(int(int_digits or "0") * scale + int(frac_digits or "0"), scale) + vulgar
-    return _Tok("num", start, j, value=value, decimals=len(frac_digits), percent=percent), j
+    return _Tok("num", i, j, value=value, decimals=len(frac_digits), percent=percent), j
 
 
 # Claims ------------------------------------------------------------------------------------
@@ -449,12 +430,9 @@ class _Parser:
         return value
 
     def _unary(self) -> Fraction:
-        if self._peek() in ("-", "+"):
-            op = self._peek()
+        if (op := self._peek()) in ("-", "+"):
             self.pos += 1
-            self._enter()
-            value = self._unary()
-            self.depth -= 1
+            value = self._nested(self._unary)
             return -value if op == "-" else value
         return self._primary()
 
@@ -468,19 +446,20 @@ class _Parser:
             return t.value / 100 if t.percent and not self.percent_unit else t.value
         if kind == "(":
             self.pos += 1
-            self._enter()
-            value = self._expr()
-            self.depth -= 1
+            value = self._nested(self._expr)
             if self._peek() != ")":
                 raise Uncheckable("unbalanced parentheses")
             self.pos += 1
             return value
         raise Uncheckable("not an arithmetic expression")
 
-    def _enter(self) -> None:
+    def _nested(self, parse: Callable[[], Fraction]) -> Fraction:
         self.depth += 1
         if self.depth > MAX_DEPTH:
             raise Uncheckable(f"more than {MAX_DEPTH} nested parentheses or signs")
+        value = parse()
+        self.depth -= 1
+        return value
 
 
 def _bounded(value: Fraction) -> Fraction:
