@@ -78,18 +78,13 @@ def find_answer(text: str, mode: str) -> Span | None:
     _check_mode(mode)
     offset = max(0, len(text) - CLIP_CHARS)
     tail = text[offset:]
-    if mode == "strict":
-        matches = list(_STRICT.finditer(tail))
+    if mode in ("strict", "flexible"):
+        pattern, group = (_STRICT, 1) if mode == "strict" else (_NUMBER, 0)
+        matches = list(pattern.finditer(tail))
         if not matches:
             return None
         m = matches[-1]
-        return Span(m.group(1), offset + m.start(1), offset + m.end(1))
-    if mode == "flexible":
-        matches = list(_NUMBER.finditer(tail))
-        if not matches:
-            return None
-        m = matches[-1]
-        return Span(m.group(0), offset + m.start(), offset + m.end())
+        return Span(m.group(group), offset + m.start(group), offset + m.end(group))
     span = _last_boxed(text)
     if span is None and mode == "math_verify":
         return find_answer(text, "flexible")
@@ -125,10 +120,6 @@ def _strip_units(answer: str) -> str:
     return m.group(1) if m else answer
 
 
-def _same_text(a: str, b: str) -> bool:
-    return re.sub(r"\s+", "", a) == re.sub(r"\s+", "", b)
-
-
 @dataclass
 class MathResult:
     """Outcome of one check: whether it is correct, what was extracted, whether it timed out."""
@@ -142,14 +133,14 @@ def check_answer(text: str, gold: str, mode: str, timeout_s: float = 5.0) -> Mat
     """Check `text` against the gold answer under extractor `mode`."""
     _check_mode(mode)
     if mode == "math_verify":
-        return _verifier().check(text, gold, timeout_s)
+        return _VERIFIER.check(text, gold, timeout_s)
     extracted = extract_answer(text, mode)
     if extracted is None:
         return MathResult(False, None)
     gold_number = normalize_number(_strip_units(gold))
-    if gold_number is not None:
-        return MathResult(extracted == gold_number, extracted)
-    return MathResult(_same_text(extracted, gold), extracted)
+    if gold_number is None:  # a text answer: compared with whitespace removed
+        return MathResult(re.sub(r"\s+", "", extracted) == re.sub(r"\s+", "", gold), extracted)
+    return MathResult(extracted == gold_number, extracted)
 
 
 def _check_mode(mode: str) -> None:
@@ -228,18 +219,5 @@ class _Verifier:
                 return MathResult(False, "error: verifier process died")
             return MathResult(ok, extracted)
 
-    def close(self) -> None:
-        with self._lock:
-            self._kill()
 
-
-_VERIFIER: _Verifier | None = None
-_VERIFIER_LOCK = threading.Lock()
-
-
-def _verifier() -> _Verifier:
-    global _VERIFIER
-    with _VERIFIER_LOCK:
-        if _VERIFIER is None:
-            _VERIFIER = _Verifier()
-        return _VERIFIER
+_VERIFIER = _Verifier()  # its process starts at the first math_verify check
