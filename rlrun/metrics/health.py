@@ -9,10 +9,9 @@
   than `trainer.max_bad_steps` were skipped the run should stop (`should_stop`).
 - Weights that did not arrive: a rollout engine whose log-probs of tokens it sampled with the
   learner's current weights differ from the learner's (`sync/logprob_gap_max/<slot>`) by more
-  than `metrics.health.logprob_gap` is serving other weights (TRL's issue 5312: weights never
-  synced under vLLM's sleep mode, importance ratios of 3e-7). Training on its samples would
-  be training on another policy's, so this one raises `EngineWeightsMismatch` and the run
-  stops, naming the engine.
+  than `metrics.health.logprob_gap` serves other weights (TRL's issue 5312: never synced under
+  vLLM's sleep mode). Its samples are another policy's, so this raises `EngineWeightsMismatch`
+  naming the engine, and the run stops.
 
 Each condition warns when it starts and again only after it has cleared, so a persistent
 problem does not flood the log.
@@ -91,12 +90,11 @@ class HealthMonitor:
                 if key in metrics and not math.isfinite(metrics[key]):
                     found["bad_step"] = self._bad_step(1, f"{key} is {metrics[key]}")
                     break
-        if "reward/mean" in metrics and math.isfinite(metrics["reward/mean"]):
-            self._reward.append((step, metrics["reward/mean"]))
-        if "response/len_mean" in metrics and math.isfinite(metrics["response/len_mean"]):
-            self._length.append((step, metrics["response/len_mean"]))
-        if self.val_metric in metrics and math.isfinite(metrics[self.val_metric]):
-            self._val.append((step, metrics[self.val_metric]))
+        tracked = ((self._reward, "reward/mean"), (self._length, "response/len_mean"),
+                   (self._val, self.val_metric))
+        for series, key in tracked:
+            if key in metrics and math.isfinite(metrics[key]):
+                series.append((step, metrics[key]))
         checks = {
             "all_equal": ("train/all_equal_frac", self._all_equal(metrics)),
             "reward_hacking": ("reward/mean", self._reward_hacking()),

@@ -1,12 +1,11 @@
 """MetricsLogger: one call per step fans metrics out to every enabled sink.
 
-Sinks: `run_dir/metrics.jsonl` (always; the report and tests read it), one `key: value` line
-per step with every metric in `run_dir/train.log` (always; `rlrun train` adds its summary at
-the end) and on stdout as `metrics.console` says (`short`: the few numbers that tell a run's
-health, `full`: the train.log line, which log scrapers such as SageMaker's read), TensorBoard event
-files under `run_dir/tensorboard/`, and optionally MLflow and Weights & Biases. Sample
-completions go to `run_dir/samples.jsonl` for the report. Metric names are the flat namespace
-documented in docs/metrics.md.
+Always `run_dir/metrics.jsonl` (the report and tests read it) and a `key: value` line per step
+in `run_dir/train.log` (`rlrun train` adds its summary at the end), which stdout shows as
+`metrics.console` says (`full`: that line, which log scrapers such as SageMaker's read; `short`:
+the few numbers that tell a run's health); TensorBoard under `run_dir/tensorboard/`, MLflow and
+Weights & Biases when enabled. Sample completions go to `run_dir/samples.jsonl` for the report.
+Metric names are the flat namespace of docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -76,13 +75,7 @@ def _rank(name: str) -> tuple[int, str]:
 
 
 def _fmt(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return format(value, ".4g")
+    return str(value) if isinstance(value, int) else format(value, ".4g")  # nan, inf, -inf too
 
 
 def format_console_line(step: int, metrics: dict[str, float]) -> str:

@@ -79,10 +79,6 @@ def _final_metrics(rows: list[dict[str, Any]]) -> str:
     return _table(["metric", "step", "last value"], table_rows)
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return read_metrics(path) if path.is_file() else []
-
-
 def _clip(text: Any) -> str:
     text = str(text)
     if len(text) <= MAX_CHARS:
@@ -209,10 +205,10 @@ def write_report(run_dir: str) -> str:
         )
     rows = read_metrics(metrics_path)
     plots = write_plots(rows, root / "plots")
-    config_path = root / "config.yaml"
-    config = "(no config.yaml)"
-    if config_path.is_file():
-        config = config_path.read_text(encoding="utf-8")
+    config_path, samples_path = root / "config.yaml", root / "samples.jsonl"
+    config = (config_path.read_text(encoding="utf-8") if config_path.is_file()
+              else "(no config.yaml)")
+    samples = read_metrics(samples_path) if samples_path.is_file() else []
     steps = [r["step"] for r in rows]
     title = f"rlrun report: {root.resolve().name}"
     span = f"steps {min(steps)}–{max(steps)}, {len(rows)} metric rows" if rows else "no steps"
@@ -225,7 +221,7 @@ def write_report(run_dir: str) -> str:
 <h2>Evaluations</h2>
 {_evals_html(root)}
 <h2>Sample completions</h2>
-{_samples_html(_read_jsonl(root / "samples.jsonl"))}
+{_samples_html(samples)}
 <h2>Last value of every metric</h2>
 {_final_metrics(rows)}
 <h2>Config</h2>
