@@ -1,21 +1,20 @@
 """Supervised warm-start: TRL's `SFTTrainer` on reference solutions, inside Ray Train workers.
 
-RL needs a policy that sometimes succeeds: a model that never produces a correct answer gets
-all-equal groups and no gradient. `run_sft` fine-tunes on the problems' reference solutions,
-written in the answer format the reward expects, and stops as soon as held-out *sampled*
-accuracy (the quantity GRPO improves) first reaches `sft.target_accuracy`, so RL starts with
-both room to improve and signal to learn from. A fixed step count would make that starting
-point depend on the learning rate, seed and model size.
+RL needs a policy that sometimes succeeds: a model that is never right gets all-equal groups and
+no gradient. `run_sft` fine-tunes on the problems' reference solutions, in the answer format the
+reward expects, until held-out *sampled* accuracy (what GRPO improves) first reaches
+`sft.target_accuracy`, so RL starts with room to improve and signal to learn from; a fixed step
+count would make that start depend on the learning rate, seed and model size.
 
-The accuracy check generates with the real rollout engine and scores with the real reward
-(math verifier, sandbox for code), exactly as training will. With a multi-turn environment
-(`env.name`) the rows also hold a two-turn transcript per problem (`repair_rows`): a later turn
-sits far from the start of the sequence, where a model trained on single answers has never had
-to write one; the accuracy check stays the first turn's.
+The accuracy check generates with the real rollout engine and scores with the real reward, as
+training will. With a multi-turn environment (`env.name`) the rows also hold a two-turn
+transcript per problem (`repair_rows`), so the model has written a later turn, far from the
+start of the sequence, before RL; the accuracy check stays the first turn's.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,23 +46,18 @@ def reference_completion(problem: Problem) -> str:
 def mix_by_kind(problems: list[Problem], math_fraction: float, seed: int) -> list[Problem]:
     """As many problems as `problems`, `math_fraction` of them math and the rest code.
 
-    A kind the model learns slowly (a tiny model needs several times more steps to read operands
-    out of a word problem than to map a statement to one of a few programs) can get more of the
-    warm-start, so that both kinds reach the accuracy target at about the same time instead of
-    the easy one saturating first. Each kind is walked through in a seeded shuffled order,
-    reshuffled when used up, so every problem is seen before any is repeated.
+    A kind the model learns slowly (a tiny model reads operands out of a word problem several
+    times slower than it maps a statement to one of a few programs) can get more of the
+    warm-start, so both kinds reach the accuracy target together. Each kind is walked in a
+    seeded shuffled order, reshuffled when used up: every problem is seen before any repeats.
     """
     if problem := mix_problem(problems, math_fraction):
         raise ValueError(problem)
-    by_kind: dict[str, list[Problem]] = {"math": [], "code": []}
-    for p in problems:
-        by_kind[p.kind].append(p)
-    want = {"math": round(math_fraction * len(problems))}
-    want["code"] = len(problems) - want["math"]
+    math = round(math_fraction * len(problems))
     rng = random.Random(seed)
     out: list[Problem] = []
-    for kind, count in want.items():
-        pool = by_kind[kind]
+    for kind, count in (("math", math), ("code", len(problems) - math)):
+        pool = [p for p in problems if p.kind == kind]
         while count > 0:
             batch = rng.sample(pool, len(pool))[:count]
             out += batch
@@ -88,14 +82,9 @@ def sft_rows(problems: list[Problem], cfg: Config, tokenizer: Any = None) -> lis
     """Prompt-completion rows (TRL's format) for every problem that has a reference."""
     from rlrun.data.prompts import render_prompt
 
-    return [
-        {
-            "prompt": render_prompt(p, cfg.data, tokenizer, chat=cfg.model.chat_template),
-            "completion": reference_completion(p),
-        }
-        for p in problems
-        if p.reference is not None
-    ]
+    chat = cfg.model.chat_template
+    return [{"prompt": render_prompt(p, cfg.data, tokenizer, chat=chat),
+             "completion": reference_completion(p)} for p in problems if p.reference is not None]
 
 
 def repair_rows(problems: list[Problem], cfg: Config, env_cls: Any, judge: Any, render: Any,
@@ -209,6 +198,7 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
         def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001
             if state.global_step % cfg.sft.eval_every:
                 return control
+            stop = False
             if engine is not None:
                 weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
                 engine.load_weights(state.global_step, weights)
@@ -224,8 +214,6 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
                 print(f"sft step={state.global_step} loss: {loss:.4f} val/accuracy: {acc:.3f}"
                       f"{split}", flush=True)
                 stop = acc >= cfg.sft.target_accuracy
-            else:
-                stop = False
             if torch.distributed.is_initialized():
                 flag = torch.tensor([1.0 if stop else 0.0])
                 torch.distributed.broadcast(flag, src=0)
@@ -269,7 +257,7 @@ def _train_loop(loop_cfg: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             trainer.model.save_pretrained(Path(tmp) / "model")
             load_tokenizer(base).save_pretrained(Path(tmp) / "model")
-            (Path(tmp) / "history.json").write_text(__import__("json").dumps(history))
+            (Path(tmp) / "history.json").write_text(json.dumps(history))
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp))
     else:
         ray.train.report(metrics)
@@ -284,11 +272,8 @@ def warm_start(cfg: Config, model_path: str, train: list[Problem], val: list[Pro
     print(f"rlrun train: supervised warm-start (SFT) of {model_path}: up to {cfg.sft.max_steps} "
           f"steps, until held-out accuracy {cfg.sft.target_accuracy}", flush=True)
     result = run_sft(cfg, model_path, train, val)
-    print(
-        f"sft done: steps: {result.steps} val/accuracy: {result.accuracy:.3f} "
-        f"(target {cfg.sft.target_accuracy})",
-        flush=True,
-    )
+    print(f"sft done: steps: {result.steps} val/accuracy: {result.accuracy:.3f} "
+          f"(target {cfg.sft.target_accuracy})", flush=True)
     return result.model_path
 
 
@@ -297,8 +282,6 @@ def run_sft(cfg: Config, model_path: str, train: list[Problem], val: list[Proble
 
     Ray must already be initialised (the caller owns the cluster connection).
     """
-    import json
-
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
