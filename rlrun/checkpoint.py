@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -97,13 +96,10 @@ def writable(path: str) -> Iterator[Path]:
         return
     import pyarrow.fs
 
-    scratch = Path(tempfile.mkdtemp(prefix="rlrun-ckpt-"))
-    try:
-        yield scratch
+    with tempfile.TemporaryDirectory(prefix="rlrun-ckpt-", ignore_cleanup_errors=True) as scratch:
+        yield Path(scratch)
         fs, root = _fs(path)
-        pyarrow.fs.copy_files(str(scratch), root, destination_filesystem=fs)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        pyarrow.fs.copy_files(scratch, root, destination_filesystem=fs)
 
 
 @contextlib.contextmanager
@@ -114,18 +110,13 @@ def readable(path: str) -> Iterator[Path]:
         return
     import pyarrow.fs
 
-    scratch = Path(tempfile.mkdtemp(prefix="rlrun-ckpt-"))
-    try:
+    with tempfile.TemporaryDirectory(prefix="rlrun-ckpt-", ignore_cleanup_errors=True) as scratch:
         fs, root = _fs(path)
-        pyarrow.fs.copy_files(root, str(scratch), source_filesystem=fs)
-        yield scratch
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        pyarrow.fs.copy_files(root, scratch, source_filesystem=fs)
+        yield Path(scratch)
 
 
-def _trained_state(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer
-) -> dict[str, Any]:
+def _trained_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The model entries that train (all of them, or only LoRA adapters) and the optimizer."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
