@@ -124,6 +124,16 @@ def iter_problems(
         yield from _toy(source, limit, toy_size, seed)
         return
     fmt, rows = _rows_and_format(source, fmt, split, subset)
+    for _, problem in _converted(source, fmt, rows, on_bad_row, limit, bad_rows):
+        yield problem
+
+
+def _converted(
+    source: str, fmt: str, rows: Iterator[Any], on_bad_row: str, limit: int | None,
+    bad_rows: list[BadRow] | None,
+) -> Iterator[tuple[int, Problem]]:
+    """(row index, problem) of the first `limit` usable rows; each unusable one is added to
+    `bad_rows` under `on_bad_row=skip` and raises `DataError` under `fail`."""
     adapter = ADAPTERS[fmt]
     produced = 0
     for index, row in enumerate(rows):
@@ -137,7 +147,7 @@ def iter_problems(
                 bad_rows.append(item)
             continue
         produced += 1
-        yield item
+        yield index, item
 
 
 def load_problems(
@@ -159,23 +169,14 @@ def load_problems(
         problems = _toy(source, limit, toy_size, seed)
         return LoadResult(problems, "toy", [], len(problems))
     fmt, rows = _rows_and_format(source, fmt, split, subset)
-    adapter = ADAPTERS[fmt]
     result = LoadResult([], fmt)
     seen: set[str] = set()
-    for index, row in enumerate(rows):
-        if limit is not None and len(result.problems) >= limit:
-            break
-        result.total_rows += 1
-        item = convert_row(adapter, fmt, row, index)
-        if isinstance(item, BadRow):
-            if on_bad_row == "fail":
-                raise bad_row_error(source, fmt, item)
-            result.bad_rows.append(item)
-            continue
+    for index, item in _converted(source, fmt, rows, on_bad_row, limit, result.bad_rows):
         if item.id in seen:
             item.id = f"{item.id}#{index}"
         seen.add(item.id)
         result.problems.append(item)
+    result.total_rows = len(result.problems) + len(result.bad_rows)
     return result
 
 

@@ -74,16 +74,33 @@ def case_text(value: Any, field: str) -> str:
     raise RowError(field, f"holds a {type(value).__name__} where test text is expected")
 
 
-def stdio_pairs(inputs: Any, outputs: Any, field: str) -> list[StdioTest]:
-    """Parallel input/output lists as stdio tests."""
+def paired(inputs: Any, outputs: Any, field: str) -> list[tuple[Any, Any]]:
+    """Parallel input/output lists as (input, output) pairs."""
     if not isinstance(inputs, list) or not isinstance(outputs, list):
         raise RowError(field, "must hold lists of inputs and outputs")
     if len(inputs) != len(outputs):
         raise RowError(field, f"has {len(inputs)} inputs but {len(outputs)} outputs")
-    return [
-        StdioTest(case_text(i, f"{field}.inputs"), case_text(o, f"{field}.outputs"))
-        for i, o in zip(inputs, outputs, strict=True)
-    ]
+    return list(zip(inputs, outputs, strict=True))
+
+
+def stdio_pairs(inputs: Any, outputs: Any, field: str) -> list[StdioTest]:
+    """Parallel input/output lists as stdio tests."""
+    return [StdioTest(case_text(i, f"{field}.inputs"), case_text(o, f"{field}.outputs"))
+            for i, o in paired(inputs, outputs, field)]
+
+
+def first_solution(value: Any) -> str | None:
+    """A reference solution: the text itself, or the first non-blank text of a list."""
+    if isinstance(value, str):
+        return value if value.strip() else None
+    if isinstance(value, list):
+        return next((s for s in value if isinstance(s, str) and s.strip()), None)
+    return None
+
+
+def extra_meta(row: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The row's non-null `keys` for `Problem.meta`, its own `source` renamed `origin`."""
+    return {("origin" if k == "source" else k): row[k] for k in keys if row.get(k) is not None}
 
 
 _TIME = re.compile(r"^\s*([\d.]+)\s*(ms|milliseconds?|s|sec|seconds?)?\s*$", re.IGNORECASE)

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlrun.data.adapters.common import first_text, optional_text, row_id, structured, text
+from rlrun.data.adapters.common import (
+    first_solution,
+    first_text,
+    optional_text,
+    row_id,
+    structured,
+    text,
+)
 from rlrun.data.errors import RowError
 from rlrun.records import Problem, Tests
 
@@ -72,9 +79,6 @@ def leetcode(row: dict[str, Any], index: int) -> Problem:
         raise RowError("tests", "must be an object with a 'functional' harness text")
     if not tests["functional"].strip():
         raise RowError("tests.functional", "is empty")
-    solutions = row.get("solutions", row.get("solution"))
-    if isinstance(solutions, list):
-        solutions = next((s for s in solutions if isinstance(s, str) and s.strip()), None)
     starter = optional_text(row, "starter_code")
     prompt = statement.strip() + (f"\n\n{starter.rstrip()}" if starter else "")
     return Problem(
@@ -83,6 +87,6 @@ def leetcode(row: dict[str, Any], index: int) -> Problem:
         kind="code",
         tests=Tests(harness=tests["functional"]),
         language="python",
-        reference=solutions if isinstance(solutions, str) and solutions.strip() else None,
+        reference=first_solution(row.get("solutions", row.get("solution"))),
         meta={"source": "leetcode", "row": index},
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlrun.data.adapters.common import first_text, row_id
+from rlrun.data.adapters.common import extra_meta, first_text, row_id
 from rlrun.data.errors import RowError
 from rlrun.records import Problem
 
@@ -98,15 +98,11 @@ def math(row: dict[str, Any], index: int) -> Problem:
         if answer is None:
             raise RowError(column or "solution", "states no final answer ('#### n', "
                            "\\boxed{...} or 'The answer is: n') and there is no 'answer'")
-    meta: dict[str, Any] = {"source": "math", "row": index}
-    for key in ("level", "type", "subject"):
-        if row.get(key) is not None:
-            meta[key] = row[key]
     return Problem(
         id=row_id(row, ("unique_id", "id", "problem_id"), "math", index),
         prompt=statement.strip(),
         kind="math",
         answer=answer.strip(),
         reference=solution,
-        meta=meta,
+        meta={"source": "math", "row": index} | extra_meta(row, ("level", "type", "subject")),
     )

@@ -13,10 +13,13 @@ from typing import Any
 
 from rlrun.data.adapters.common import (
     case_text,
+    extra_meta,
+    first_solution,
     first_text,
     limits_in_text,
     memory_limit_mb,
     optional_text,
+    paired,
     row_id,
     stdio_pairs,
     structured,
@@ -27,14 +30,6 @@ from rlrun.data.errors import RowError
 from rlrun.records import CallTest, Problem, StdioTest, Tests
 
 _LANGUAGES = {"python": "python", "python3": "python", "py": "python", "cpp": "cpp", "c++": "cpp"}
-
-
-def _first_solution(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value if value.strip() else None
-    if isinstance(value, list):
-        return next((s for s in value if isinstance(s, str) and s.strip()), None)
-    return None
 
 
 def _need_tests(tests: Tests, field: str) -> Tests:
@@ -52,16 +47,9 @@ def apps(row: dict[str, Any], index: int) -> Problem:
     if fn_name:
         if not isinstance(fn_name, str):
             raise RowError("input_output.fn_name", "must be a function name")
-        inputs, outputs = io["inputs"], io["outputs"]
-        if not isinstance(inputs, list) or not isinstance(outputs, list):
-            raise RowError("input_output", "must hold lists of inputs and outputs")
-        if len(inputs) != len(outputs):
-            raise RowError(
-                "input_output", f"has {len(inputs)} inputs but {len(outputs)} outputs"
-            )
         calls = [
             CallTest(args=args if isinstance(args, list) else [args], expected=expected)
-            for args, expected in zip(inputs, outputs, strict=True)
+            for args, expected in paired(io["inputs"], io["outputs"], "input_output")
         ]
         tests = Tests(fn_name=fn_name, calls=calls)
     else:
@@ -76,10 +64,8 @@ def apps(row: dict[str, Any], index: int) -> Problem:
             solutions = json.loads(solutions)
         except json.JSONDecodeError:
             pass  # one solution given as plain code
-    meta: dict[str, Any] = {"source": "apps", "row": index}
-    for key in ("difficulty", "url", "source", "name"):
-        if row.get(key) is not None:
-            meta[key if key != "source" else "origin"] = row[key]
+    meta = {"source": "apps", "row": index}
+    meta |= extra_meta(row, ("difficulty", "url", "source", "name"))
     if starter:
         meta["starter_code"] = starter
     return Problem(
@@ -90,7 +76,7 @@ def apps(row: dict[str, Any], index: int) -> Problem:
         language="python",
         time_limit_s=time_limit_s(row.get("time_limit")),
         memory_limit_mb=memory_limit_mb(row.get("memory_limit")),
-        reference=_first_solution(solutions),
+        reference=first_solution(solutions),
         meta=meta,
     )
 
@@ -121,10 +107,7 @@ def code_contests(row: dict[str, Any], index: int) -> Problem:
         pairs = zip(solutions.get("language") or [], solutions.get("solution") or [], strict=False)
         reference = next((code for lang, code in pairs if lang == _CC_PYTHON3), None)
     # The public tests come first: a multi-turn environment shows only those (`env.name`).
-    meta: dict[str, Any] = {"source": "code_contests", "row": index, "visible_tests": len(public)}
-    for key in ("difficulty", "cf_rating", "source"):
-        if row.get(key) is not None:
-            meta[key if key != "source" else "origin"] = row[key]
+    meta = {"source": "code_contests", "row": index, "visible_tests": len(public)}
     return Problem(
         id=row_id(row, ("name", "id"), "code_contests", index),
         prompt=statement.strip(),
@@ -134,7 +117,7 @@ def code_contests(row: dict[str, Any], index: int) -> Problem:
         time_limit_s=time_limit_s(row.get("time_limit")),
         memory_limit_mb=memory_limit_mb(row.get("memory_limit_bytes"), unit_if_bare="b"),
         reference=reference,
-        meta=meta,
+        meta=meta | extra_meta(row, ("difficulty", "cf_rating", "source")),
     )
 
 
@@ -144,7 +127,6 @@ def _case_list(cases: Any, field: str) -> list[StdioTest]:
         for ins, outs in (("inputs", "outputs"), ("input", "output")):
             if ins in cases and outs in cases:
                 return stdio_pairs(cases[ins], cases[outs], field)
-        raise RowError(field, "must be a list of {input, output} or an {inputs, outputs} object")
     if not isinstance(cases, list):
         raise RowError(field, "must be a list of {input, output} or an {inputs, outputs} object")
     tests = []
@@ -172,7 +154,7 @@ def codeforces(row: dict[str, Any], index: int) -> Problem:
         language="python",
         time_limit_s=time_limit_s(row.get("time_limit")) or time_s,
         memory_limit_mb=memory_limit_mb(row.get("memory_limit")) or memory_mb,
-        reference=_first_solution(row.get("solutions", row.get("solution"))),
+        reference=first_solution(row.get("solutions", row.get("solution"))),
         meta={"source": "codeforces", "row": index},
     )
 
@@ -194,6 +176,6 @@ def plain(row: dict[str, Any], index: int) -> Problem:
         language=_LANGUAGES[language],  # type: ignore[arg-type]
         time_limit_s=time_limit_s(row.get("time_limit")),
         memory_limit_mb=memory_limit_mb(row.get("memory_limit")),
-        reference=_first_solution(row.get("reference", row.get("solution"))),
+        reference=first_solution(row.get("reference", row.get("solution"))),
         meta={"source": "plain", "row": index},
     )
