@@ -95,27 +95,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def sandbox_config(args: argparse.Namespace) -> SandboxConfig:
     """The sandbox settings the command-line flags describe."""
+    positive = (("--time-limit", args.time_limit), ("--memory-limit", args.memory_limit),
+                ("--actor-cpus", args.actor_cpus))
+    for flag, value in positive:
+        if value is not None and value <= 0:
+            raise ConfigError(f"{flag} must be positive, got {value}")
+    if args.actors < 0:
+        raise ConfigError(f"--actors must be 0 (local judge) or more, got {args.actors}")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
     cfg = SandboxConfig(backend=args.backend, docker_image=args.docker_image,
-                        max_tests=args.max_tests, stop_on_first_failure=not args.all_tests)
+                        max_tests=args.max_tests, stop_on_first_failure=not args.all_tests,
+                        num_actors=max(1, args.actors), num_cpus=args.actor_cpus)
     if args.time_limit is not None:
-        if args.time_limit <= 0:
-            raise ConfigError(f"--time-limit must be positive, got {args.time_limit}")
         cfg.time_limit_s = args.time_limit
         cfg.max_time_limit_s = max(cfg.max_time_limit_s, args.time_limit)
     if args.memory_limit is not None:
-        if args.memory_limit <= 0:
-            raise ConfigError(f"--memory-limit must be positive, got {args.memory_limit}")
         cfg.memory_limit_mb = args.memory_limit
         cfg.max_memory_limit_mb = max(cfg.max_memory_limit_mb, args.memory_limit)
-    if args.actors < 0:
-        raise ConfigError(f"--actors must be 0 (local judge) or more, got {args.actors}")
-    cfg.num_actors = max(1, args.actors)
-    if args.actor_cpus <= 0:
-        raise ConfigError(f"--actor-cpus must be positive, got {args.actor_cpus}")
-    cfg.num_cpus = args.actor_cpus
     if args.workers is not None:
-        if args.workers < 1:
-            raise ConfigError(f"--workers must be at least 1, got {args.workers}")
         cfg.workers_per_actor = args.workers
     elif args.actors == 0:
         cfg.workers_per_actor = os.cpu_count() or 1
