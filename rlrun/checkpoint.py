@@ -1,21 +1,14 @@
 """What a learner checkpoint holds, how every rank writes and reads it, and which ones count.
 
-A checkpoint is one directory per saved step, `run.output_dir/learner/step_NNNNNN/`, holding
+A checkpoint is `run.output_dir/learner/step_NNNNNN/` (layout in docs/training.md): `model/`
+(Hugging Face format with the tokenizer; not with LoRA), `dcp/` (trained weights, with LoRA the
+adapters, and optimizer state, sharded by every rank with `torch.distributed.checkpoint` so a
+run resumes on any number of ranks), `rng/rank_R.pt` (each rank's RNG states) and `state.json`
+(`TrainState` and the learning-rate schedule).
 
-- `model/`: the policy in Hugging Face format with its tokenizer (loadable by transformers and
-  vLLM with `from_pretrained(".../model")`); not with LoRA, whose checkpoints hold only the
-  adapters (the driver exports the merged model at the end of the run);
-- `dcp/`: the trained weights (with LoRA: the adapters) and optimizer state written with
-  `torch.distributed.checkpoint` by every rank (each its own shards under FSDP2), so a run
-  resumes on any number of ranks;
-- `rng/rank_R.pt`: each rank's torch (CPU and CUDA), numpy and Python RNG states;
-- `state.json`: `TrainState` (step, weight version, data position, skipped updates) and the
-  learning-rate schedule.
-
-`run.output_dir` may be a local directory or a URI (`s3://...`): ranks then write into a local
-scratch directory and upload it. A checkpoint counts only once the driver has listed it in
-`learner/checkpoints.json` (`record`), which happens after every rank has finished writing, so
-an interrupted save never becomes the checkpoint a resumed run starts from.
+`run.output_dir` may be a URI (`s3://...`): ranks then write into a local scratch directory and
+upload it. A checkpoint counts only once the driver has listed it in `learner/checkpoints.json`
+(`record`), after every rank finished writing, so an interrupted save is never resumed from.
 """
 
 from __future__ import annotations

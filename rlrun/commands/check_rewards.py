@@ -1,16 +1,11 @@
 """`rlrun check-rewards CONFIG [--data PATH] [--split val] [--limit N] [overrides]`.
 
-Runs the configured reward on the dataset's own reference answers and solutions and on
-deliberately wrong ones, prints the audit table, and ends with one summary line
-(`reference: 1319/1319 passed, wrong: 0/1319 passed`). Exits 1 when the reference pass rate is
-below `reward.audit_min_pass_rate`. With `reward.step_rewards=true` it also checks the math
-references step by step, lists the reference steps that do not verify, perturbs each verified
-step's result and counts the perturbations caught at their step, in one line before the summary
-(`steps: ... verified, perturbed: .../... caught at their step (...)`); reference steps that do
-not verify are reported, not failed on (GSM8K's own references hold a few).
-
-Code is judged by a local `rlrun.sandbox.Judge` in this process (backend `sandbox.backend`,
-`sandbox.workers_per_actor` workers): the audit is a pre-flight check that needs no Ray cluster.
+Runs the reward audit (`rlrun.rewards.audit`, docs/rewards.md) on the dataset, prints its table
+and ends with one summary line (`reference: 1319/1319 passed, wrong: 0/1319 passed`), after the
+step audit's line with `reward.step_rewards=true` (reference steps that do not verify are
+reported, not failed on). Exits 1 when the reference pass rate is below
+`reward.audit_min_pass_rate`. Code is judged by a local `rlrun.sandbox.Judge` in this process
+(`sandbox.backend`, `sandbox.workers_per_actor` workers): no Ray cluster is needed.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""Health checks for the known ways a GRPO run goes wrong, said in the log while it happens.
+"""Health checks for the known ways a GRPO run goes wrong, said in the log while it happens
+(thresholds and remedies: docs/metrics.md).
 
-- No learning signal / entropy collapse: when most groups have all-equal rewards their
-  advantages are zero and the step teaches nothing.
+- No learning signal / entropy collapse: most groups have all-equal rewards, zero advantages.
 - Reward hacking: the training reward climbs while the validation metric stays flat.
 - Length blow-up: mean response length keeps growing, or many responses hit max_new_tokens.
-- Non-finite gradients: the learner skips such updates and reports them as `train/bad_steps`
-  (without that metric, a NaN/inf `loss/policy` or `optim/grad_norm` counts as one); once more
-  than `trainer.max_bad_steps` were skipped the run should stop (`should_stop`).
+- Non-finite gradients: skipped updates, `train/bad_steps` (without it, a NaN/inf `loss/policy`
+  or `optim/grad_norm` counts as one); past `trainer.max_bad_steps` the run should stop
+  (`should_stop`).
 - Weights that did not arrive: a rollout engine whose log-probs of tokens it sampled with the
   learner's current weights differ from the learner's (`sync/logprob_gap_max/<slot>`) by more
   than `metrics.health.logprob_gap` serves other weights (TRL's issue 5312: never synced under

@@ -1,14 +1,11 @@
 """Math answer checking: extract the final answer from a completion and compare it with the gold.
 
-Extractors (`reward.math_extractor`):
-
-- `strict`: the last `#### n` (veRL's GSM8K regex `#### (\\-?[0-9\\.\\,]+)`, so scores are
-  comparable with the published GSM8K RL results). Like veRL, only the last 300 characters of a
-  completion are searched. On top of veRL it accepts `$` and a leading `+` after `####`.
-- `flexible`: the last number anywhere in those 300 characters.
-- `boxed`: the content of the last `\\boxed{...}` (nested braces allowed).
-- `math_verify`: LaTeX equivalence through the `math-verify` package (fractions, radicals,
-  intervals, sets, percentages), run in a separate process with a hard kill at the timeout.
+Extractors (`reward.math_extractor`, docs/rewards.md): `strict`, the last `#### n` in the last
+300 characters (veRL's GSM8K regex and window, so scores compare with published GSM8K runs; `$`
+and a leading `+` after `####` are also accepted); `flexible`, the last number in those 300
+characters; `boxed`, the content of the last `\\boxed{...}` (nested braces allowed);
+`math_verify`, LaTeX equivalence through the `math-verify` package, run in a separate process
+with a hard kill at the timeout.
 
 `strict`, `flexible` and `boxed` compare numbers after `normalize_number` (commas, `$`, unit
 words after the number, trailing `.`, leading `+`, `-0` == `0`, `1,000.00` == `1000`); a

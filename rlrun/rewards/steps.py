@@ -52,6 +52,8 @@ MAX_STEPS = 512  # lines checked per completion; the rest are uncheckable
 MAX_ANNOTATION = 200  # characters inside one <<...>>
 MAX_CLAIM_TEXT = 120  # characters of a claim's text kept in its record
 
+# A line from its first to its last non-blank character.
+_STEP = re.compile(r"\S(?:[^\n]*\S)?")
 # GSM8K's calculator annotations. Bounded and without nested quantifiers: linear time.
 _ANNOTATION = re.compile(rf"<<([^<>\n]{{0,{MAX_ANNOTATION}}})>>")
 _CURRENCY = frozenset("$€£")  # signs that carry no value: read as blanks
@@ -109,15 +111,7 @@ class Step:
 
 def split_steps(text: str) -> list[tuple[int, int]]:
     """The (start, end) character spans of the steps of `text`: its non-blank lines, stripped."""
-    spans = []
-    pos = 0
-    for line in text.split("\n"):
-        stripped = line.strip()
-        if stripped:
-            start = pos + (len(line) - len(line.lstrip()))
-            spans.append((start, start + len(stripped)))
-        pos += len(line) + 1
-    return spans
+    return [m.span() for m in _STEP.finditer(text)]
 
 
 def check_steps(text: str) -> list[Step]:
@@ -282,15 +276,10 @@ def _number(text: str, i: int, end: int) -> tuple[_Tok, int]:
 
 def _claims(text: str, start: int, end: int, source: str) -> list[Claim]:
     toks = _tokenize(text, start, end)
-    eqs = [k for k, t in enumerate(toks) if t.kind == "eq"]
     claims = []
-    for k in eqs:
-        left = _run_before(toks, k)
-        right = _run_after(toks, k)
-        if left is None or right is None:
-            continue
-        claim = _check(text, toks, left, right, source)
-        if claim is not None:
+    for k in (k for k, t in enumerate(toks) if t.kind == "eq"):
+        left, right = _run_before(toks, k), _run_after(toks, k)
+        if left and right and (claim := _check(text, toks, left, right, source)):
             claims.append(claim)
     return claims
 
