@@ -114,11 +114,8 @@ def iter_problems(
     subset: str | None = None,
     bad_rows: list[BadRow] | None = None,
 ) -> Iterator[Problem]:
-    """Problems of `source`, converted lazily row by row; unusable rows go to `bad_rows`
-    (when given) under `on_bad_row=skip`, and raise `DataError` under `fail`.
-
-    Ids are kept as the source gives them (no renaming of repeats, which needs all ids seen).
-    """
+    """Problems of `source`, converted lazily row by row (see `_converted` for bad rows). Ids
+    are kept as the source gives them: renaming repeats needs all ids seen."""
     check_options(fmt, on_bad_row)
     if source.startswith("toy:"):
         yield from _toy(source, limit, toy_size, seed)

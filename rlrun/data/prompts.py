@@ -49,12 +49,8 @@ def _problem_text(problem: Problem) -> str:
 
 
 def _render(text: str, problem: Problem, cfg: DataConfig) -> str:
-    return _fill(
-        cfg.prompt_template,
-        "data.prompt_template",
-        prompt=text,
-        instruction=instruction(problem, cfg),
-    )
+    return _fill(cfg.prompt_template, "data.prompt_template", prompt=text,
+                 instruction=instruction(problem, cfg))
 
 
 def render_text(problem: Problem, cfg: DataConfig) -> str:

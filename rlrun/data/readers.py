@@ -120,14 +120,6 @@ def _hub_rows(source: str, split: str, subset: str | None) -> Iterator[Any]:
         ) from None
 
 
-def looks_like_path(source: str) -> bool:
-    return (
-        source.startswith((".", "/", "~"))
-        or source.lower().endswith(SUFFIXES)
-        or "\\" in source
-    )
-
-
 def iter_rows(source: str, split: str = "train", subset: str | None = None) -> Iterator[Any]:
     """Raw rows of `source`: an existing file or folder, else a Hugging Face dataset id.
 
@@ -152,6 +144,6 @@ def local_files(source: str, split: str = "train") -> list[Path] | None:
         if not path.name.lower().endswith(SUFFIXES):
             raise DataError(f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)}")
         return [path]
-    if looks_like_path(source):
-        raise DataError(f"dataset file {source} does not exist")
+    if source.startswith((".", "/", "~")) or source.lower().endswith(SUFFIXES) or "\\" in source:
+        raise DataError(f"dataset file {source} does not exist")  # a path, not a hub id
     return None

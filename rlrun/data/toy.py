@@ -41,10 +41,7 @@ _SUB = (
 
 def arithmetic_problems(n: int, seed: int, max_operand: int = 9) -> list[Problem]:
     """`n` word problems like "Ann collects hats. First 3, then 4 more. ..." (answer "7", reference
-    "3 + 4 = 7\n#### 7").
-
-    Subtractions never go below zero, so every answer is a plain non-negative integer.
-    """
+    "3 + 4 = 7\n#### 7"); subtractions never go below zero."""
     rng = random.Random(f"toy-arith:{seed}")
     problems = []
     for i in range(n):
@@ -70,14 +67,10 @@ def arithmetic_problems(n: int, seed: int, max_operand: int = 9) -> list[Problem
 
 def step_problems(n: int, seed: int, min_steps: int = 2, max_steps: int = 4,
                   max_value: int = 9) -> list[Problem]:
-    """`n` chains of single-digit additions and subtractions, "Start at 7, then - 5, then + 3.
-    What is the result?" (answer "5"), whose reference writes one step a line:
-    "7 - 5 = 2\n2 + 3 = 5\n#### 5".
-
-    Every intermediate value stays in 0..max_value, so each step is the arithmetic of
-    `toy:arithmetic` and a chain of k steps is right only when all k are: the task on which a
-    final-answer reward says least about which step went wrong (`reward.step_rewards`).
-    """
+    """`n` chains like "Start at 7, then - 5, then + 3. What is the result?" (answer "5",
+    reference "7 - 5 = 2\n2 + 3 = 5\n#### 5"). Every value stays in 0..max_value, so each step
+    is `toy:arithmetic` and a chain is right only when all its steps are: where a final-answer
+    reward says least about which step went wrong (`reward.step_rewards`)."""
     rng = random.Random(f"toy-steps:{seed}")
     problems = []
     for i in range(n):

@@ -321,8 +321,7 @@ def run_audit(reward: Reward, problems: list[Problem], batch_size: int = 256) ->
             _sample(p, text, i) for i, (p, ref, wrong) in enumerate(chunk) for text in (ref, wrong)
         ]
         evaluations = reward.evaluate(batch_problems, batch_samples)
-        for j, ev in enumerate(evaluations):
-            problem = batch_problems[j]
+        for j, (problem, ev) in enumerate(zip(batch_problems, evaluations, strict=True)):
             check = ev.correctness
             fn_scores = [ev.scored.components[name] for name in reward.names]
             report.rows.append(AuditRow(
@@ -343,11 +342,8 @@ def run_audit(reward: Reward, problems: list[Problem], batch_size: int = 256) ->
 
 
 def audit_before_training(reward: Reward, problems: list[Problem]) -> AuditReport:
-    """The `reward.audit_before_training` check of `reward` on the first `reward.audit_limit`
-    problems.
-
-    Raises `RewardError` when the reference pass rate is below `reward.audit_min_pass_rate`.
-    """
+    """The `reward.audit_before_training` check on the first `reward.audit_limit` problems;
+    `RewardError` when the reference pass rate is below `reward.audit_min_pass_rate`."""
     cfg = reward.cfg
     report = run_audit(reward, problems[: cfg.reward.audit_limit])
     need = cfg.reward.audit_min_pass_rate

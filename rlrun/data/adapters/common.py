@@ -141,16 +141,13 @@ def memory_limit_mb(value: Any, unit_if_bare: str = "m") -> int | None:
     return round(mb) or None
 
 
-_TEXT_LIMITS = (
-    re.compile(r"Time Limit:\s*([\d.]+\s*\w+)", re.IGNORECASE),
-    re.compile(r"Memory Limit:\s*([\d.]+\s*\w+)", re.IGNORECASE),
-)
+_TIME_IN_TEXT = re.compile(r"Time Limit:\s*([\d.]+\s*\w+)", re.IGNORECASE)
+_MEMORY_IN_TEXT = re.compile(r"Memory Limit:\s*([\d.]+\s*\w+)", re.IGNORECASE)
 
 
 def limits_in_text(statement: str) -> tuple[float | None, int | None]:
     """Time and memory limits stated in a problem text ("Time Limit: 2000 ms")."""
-    time_match = _TEXT_LIMITS[0].search(statement)
-    memory_match = _TEXT_LIMITS[1].search(statement)
+    time_match, memory_match = _TIME_IN_TEXT.search(statement), _MEMORY_IN_TEXT.search(statement)
     return (
         time_limit_s(time_match.group(1)) if time_match else None,
         memory_limit_mb(memory_match.group(1)) if memory_match else None,
