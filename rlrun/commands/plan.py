@@ -47,14 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # Check the cheap inputs first, so a typo answers before the model config is looked up.
-    gpu = args.gpu
-    if gpu is not None:
-        gpu = gpu_spec(gpu).name
+    gpu = gpu_spec(args.gpu).name if args.gpu is not None else None
     if args.prompt_tokens < 1:
         raise ConfigError(f"--prompt-tokens {args.prompt_tokens} must be >= 1")
     cfg = load_config(*split_args(args.args))
-    if gpu is None:
-        gpu = detect_gpu()
+    gpu = gpu or detect_gpu()
     model_config, source = load_model_config(cfg.model)
     chunked = not args.unchunked_logprobs
     plan = estimate(cfg, model_config, gpu, prompt_tokens=args.prompt_tokens,

@@ -26,8 +26,6 @@ def main(args: argparse.Namespace) -> int:
     model_path = resolve_model_path(cfg.model, model_cache_dir(), seed=cfg.run.seed)
     init_ray(cfg)
     result = run_sft(cfg, model_path, train, val)
-    print(
-        f"sft done: steps: {result.steps} val/accuracy: {result.accuracy:.3f} "
-        f"model: {result.model_path}"
-    )
+    print(f"sft done: steps: {result.steps} val/accuracy: {result.accuracy:.3f} "
+          f"model: {result.model_path}")
     return 0

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlrun.data.errors import DataError
+from rlrun.errors import first_line
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson")
 JSON_SUFFIXES = (".json", ".json.gz")
@@ -103,20 +104,16 @@ def file_rows(path: Path) -> Iterator[Any]:
 
 
 def _hub_rows(source: str, split: str, subset: str | None) -> Iterator[Any]:
-    hint = (
-        "If it is a local file, check the path; if this machine is offline, download the "
-        "dataset elsewhere and point data.train / data.val at a JSONL or Parquet file"
-    )
     try:
         import datasets
 
-        rows = datasets.load_dataset(source, subset, split=split, streaming=True)
-        yield from rows
+        yield from datasets.load_dataset(source, subset, split=split, streaming=True)
     except Exception as err:  # the hub client raises many types (HTTP, offline, not found)
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise DataError(
             f"could not read Hugging Face dataset {source!r} (split {split!r}"
-            f"{f', subset {subset!r}' if subset else ''}): {first}. {hint}"
+            f"{f', subset {subset!r}' if subset else ''}): {first_line(err)}. If it is a local "
+            "file, check the path; if this machine is offline, download the dataset elsewhere "
+            "and point data.train / data.val at a JSONL or Parquet file"
         ) from None
 
 
