@@ -34,9 +34,7 @@ SCHEMA = pa.schema(
 BLOCK_ROWS = 4096
 
 
-def _read_shard(
-    shard: Shard, fmt: str, source: str, on_bad_row: str
-) -> Iterator[pa.Table]:
+def _read_shard(shard: Shard, fmt: str, source: str, on_bad_row: str) -> Iterator[pa.Table]:
     adapter = ADAPTERS[fmt]
     rows: list[dict[str, Any]] = []
     for offset, raw in enumerate(shard_rows(shard)):

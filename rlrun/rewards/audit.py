@@ -110,11 +110,7 @@ def perturb_number(written: str) -> str:
     scaled = value * 10**decimals
     if scaled.denominator != 1:
         return f"{value.numerator}/{value.denominator}{percent}"  # "⅓" + 1 -> "4/3"
-    digits = str(abs(scaled.numerator)).rjust(decimals + 1, "0")
-    sign = "-" if value < 0 else ""
-    if decimals:
-        return f"{sign}{digits[:-decimals]}.{digits[-decimals:]}{percent}"
-    return f"{sign}{digits}{percent}"
+    return format(Decimal(f"{scaled.numerator}e-{decimals}"), "f") + percent  # exact, no rounding
 
 
 def perturb_step(text: str, step: Step) -> str | None:
