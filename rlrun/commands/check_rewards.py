@@ -39,8 +39,7 @@ def _problems(cfg: Config, args: argparse.Namespace) -> list[Problem]:
     from rlrun.data import load_from_config, load_problems
 
     if args.data is None and args.split == "val" and cfg.data.val is None:
-        problems = load_from_config(cfg)[1]
-        return problems[: args.limit] if args.limit is not None else problems
+        return load_from_config(cfg)[1][: args.limit]
     source = args.data or (cfg.data.val if args.split == "val" else cfg.data.train)
     result = load_problems(
         source, fmt=cfg.data.format, on_bad_row=cfg.data.on_bad_row, split=cfg.data.split,

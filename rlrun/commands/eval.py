@@ -114,8 +114,7 @@ def load_split(cfg: Config, split: str, limit: int | None) -> list[Problem]:
         else:
             problems = load_problems(source, fmt=d.format, on_bad_row=d.on_bad_row,
                                      split="test", seed=cfg.run.seed, subset=d.subset).problems
-    if limit is not None:
-        problems = problems[:limit]
+    problems = problems[:limit]
     if not problems:
         raise ConfigError(f"--split {split} has no problems (data.train={cfg.data.train}, "
                           f"data.val={cfg.data.val})")

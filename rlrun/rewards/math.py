@@ -51,9 +51,7 @@ def normalize_number(text: str) -> str | None:
     "1,000.00" -> "1000", "$18." -> "18", "+5" -> "5", "-0" -> "0", "0.50" -> "0.5".
     """
     # Thousands separators and currency, LaTeX spellings included: "1{,}000", "1\\,000", "\\$5".
-    s = re.sub(r"\{,\}|\\[,!$]|[,$\s]", "", text).rstrip(".")
-    if s.startswith("+"):
-        s = s[1:]
+    s = re.sub(r"\{,\}|\\[,!$]|[,$\s]", "", text).rstrip(".").removeprefix("+")
     if not s or not re.fullmatch(r"-?(\d+\.?\d*|\.\d+)", s):
         return None
     try:
