@@ -75,10 +75,8 @@ def main(args: argparse.Namespace) -> int:
         return 1
     elapsed = time.perf_counter() - start
     kinds = sorted({p.kind for p in problems})
-    print(
-        f"audit of {len(problems)} problems ({', '.join(kinds)}; math extractor "
-        f"{cfg.reward.math_extractor}, code scoring {cfg.reward.code_scoring}) in {elapsed:.1f}s"
-    )
+    print(f"audit of {len(problems)} problems ({', '.join(kinds)}; math extractor "
+          f"{cfg.reward.math_extractor}, code scoring {cfg.reward.code_scoring}) in {elapsed:.1f}s")
     print(report.table(args.worst))
     rate, need = report.reference_pass_rate, cfg.reward.audit_min_pass_rate
     if report.reference_total == 0:

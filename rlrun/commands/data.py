@@ -82,12 +82,9 @@ def _inspect(args: argparse.Namespace) -> int:
     print("kinds: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
     counts = [p.tests.count() for p in result.problems if p.tests is not None]
     if counts:
-        print(
-            f"tests per code problem: min {min(counts)}, median {statistics.median(counts):g}, "
-            f"max {max(counts)}"
-        )
-    with_reference = sum(p.reference is not None for p in result.problems)
-    print(f"with reference solution: {with_reference}")
+        print(f"tests per code problem: min {min(counts)}, median "
+              f"{statistics.median(counts):g}, max {max(counts)}")
+    print(f"with reference solution: {sum(p.reference is not None for p in result.problems)}")
     for n, problem in enumerate(result.problems[:2], 1):
         print(f"\n--- sample {n} ---\n{describe(problem)}")
     if result.bad_rows:
@@ -115,10 +112,8 @@ def _convert(args: argparse.Namespace) -> int:
         for problem in result.problems:
             f.write(json.dumps(problem.to_dict(), ensure_ascii=False) + "\n")
     tmp.replace(out)
-    print(
-        f"wrote {len(result.problems)} problems ({result.format} format) to {out}; "
-        f"skipped {len(result.bad_rows)} unusable rows"
-    )
+    print(f"wrote {len(result.problems)} problems ({result.format} format) to {out}; "
+          f"skipped {len(result.bad_rows)} unusable rows")
     for bad in result.bad_rows:
         print(bad.reason, file=sys.stderr)
     return 0

@@ -165,10 +165,8 @@ class _TensorBoard:
 
     def rewind(self, step: int) -> None:
         """TensorBoard hides the events of `step` and later written before this."""
-        from torch.utils.tensorboard import SummaryWriter
-
         self.writer.close()
-        self.writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=step)
+        self.writer = type(self.writer)(log_dir=str(self.log_dir), purge_step=step)
 
     def close(self) -> None:
         self.writer.close()
