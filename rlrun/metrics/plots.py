@@ -74,8 +74,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a JSON-lines log (metrics.jsonl, samples.jsonl), in file order. A last line cut
     short (the writer was killed mid-line) is left out with a warning; a broken line anywhere
     else is an error naming it."""
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    text = Path(path).read_text(encoding="utf-8")
     lines = text.splitlines()
     rows = []
     for line_no, line in enumerate(lines, 1):

@@ -43,8 +43,6 @@ def track(items: Iterable[T], total: int, desc: str, mode: str = "auto") -> Iter
     if mode == "off":
         yield from items
         return
-    done = 0
-    for item in items:
+    for done, item in enumerate(items, 1):
         yield item
-        done += 1
         print(f"{desc}: {done}/{total}", file=sys.stderr, flush=True)

@@ -8,6 +8,7 @@ in a Codeforces statement) are kept on the problem; the sandbox caps them by its
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -60,10 +61,8 @@ def apps(row: dict[str, Any], index: int) -> Problem:
         prompt += "\n\nUse this starter code:\n" + starter.rstrip()
     solutions = row.get("solutions")
     if isinstance(solutions, str):
-        try:
+        with contextlib.suppress(json.JSONDecodeError):  # else one solution given as plain code
             solutions = json.loads(solutions)
-        except json.JSONDecodeError:
-            pass  # one solution given as plain code
     meta = {"source": "apps", "row": index}
     meta |= extra_meta(row, ("difficulty", "url", "source", "name"))
     if starter:
@@ -86,8 +85,7 @@ _CC_PYTHON3 = 3
 
 
 def _cc_tests(row: dict[str, Any], field: str) -> list[StdioTest]:
-    value = row.get(field)
-    if value is None:
+    if row.get(field) is None:
         return []
     value = structured(row, field)
     if not isinstance(value, dict) or "input" not in value or "output" not in value:
