@@ -76,9 +76,6 @@ def _fs(path: str) -> tuple[Any, str]:
     return pyarrow.fs.FileSystem.from_uri(uri)
 
 
-# ----------------------------------------------------------------------------- writing
-
-
 @contextlib.contextmanager
 def writable(path: str) -> Iterator[Path]:
     """A local directory to write checkpoint files into: `path` itself, or for a URI a scratch
@@ -150,9 +147,6 @@ def export_hf(
     tokenizer.save_pretrained(path)
 
 
-# ----------------------------------------------------------------------------- reading
-
-
 def load_state(path: str | Path) -> TrainState:
     return TrainState(**json.loads((Path(path) / "state.json").read_text())["state"])
 
@@ -194,9 +188,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-# ----------------------------------------------------------------------------- the record
 
 
 def _read_record(output_dir: str) -> list[str]:

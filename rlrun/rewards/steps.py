@@ -181,9 +181,6 @@ def evaluate(expression: str) -> Fraction | None:
         return None
 
 
-# Tokenizer ---------------------------------------------------------------------------------
-
-
 def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
     toks: list[_Tok] = []
     i = start
@@ -269,9 +266,6 @@ def _number(text: str, i: int, end: int) -> tuple[_Tok, int]:
         scale = 10 ** len(frac_digits)
         value = Fraction(int(int_digits or "0") * scale + int(frac_digits or "0"), scale) + vulgar
     return _Tok("num", i, j, value=value, decimals=len(frac_digits), percent=percent), j
-
-
-# Claims ------------------------------------------------------------------------------------
 
 
 def _claims(text: str, start: int, end: int, source: str) -> list[Claim]:
