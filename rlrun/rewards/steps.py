@@ -224,10 +224,6 @@ def _between_operands(toks: list[_Tok], text: str, after: int, end: int) -> bool
     return j < end and (text[j] in _DIGITS or text[j] in "(.")
 
 
-def _digits(s: str) -> bool:
-    return bool(s) and all(c in _DIGITS for c in s)
-
-
 def _number(text: str, i: int, end: int) -> tuple[_Tok, int]:
     """A number at text[i]: digits with thousands commas or plain digits, an optional decimal
     part or vulgar fraction ("1½"), and percent sign. Past MAX_DIGITS digits its value is None."""
@@ -241,9 +237,9 @@ def _number(text: str, i: int, end: int) -> tuple[_Tok, int]:
     # Thousands groups: ",ddd" repeated after 1-3 leading digits, the last group not followed by
     # another digit ("1,0000" is 1 and 0000, "3,4" is 3 and 4).
     if 1 <= len(int_digits) <= 3:
-        groups = []
+        groups = []  # joined once: adding each to a string would take quadratic time
         while (
-            j + 4 <= end and text[j] == "," and _digits(text[j + 1 : j + 4])
+            j + 4 <= end and text[j] == "," and set(text[j + 1 : j + 4]) <= _DIGITS
             and not (j + 4 < end and text[j + 4] in _DIGITS)
         ):
             groups.append(text[j + 1 : j + 4])
