@@ -24,6 +24,7 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from rlrun.config import ConfigError, SandboxConfig
@@ -188,11 +189,7 @@ def parse_line(text: str, lineno: int, cfg: SandboxConfig) -> Submission:
 
 def read_lines(path: str) -> list[tuple[int, str]]:
     """Non-blank lines of the input with their 1-based line numbers."""
-    if path == "-":
-        text = sys.stdin.read()
-    else:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     return [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
 
 
