@@ -231,8 +231,7 @@ def latest_checkpoint(output_dir: str) -> str | None:
     Recorded but broken (its state.json empty or cut short, as a full disk leaves it on a file
     system that reports the failed write late): the one recorded before it, with a warning.
     """
-    names = _read_record(output_dir)
-    for name in reversed(names):
+    for name in reversed(_read_record(output_dir)):
         path = join(output_dir, LEARNER_DIR, name)
         if not _state_broken(path):
             return path
