@@ -26,9 +26,7 @@ def _demo_path() -> str:
     # The demo ships with the source tree; look beside the package too, so `rlrun train` works
     # from any directory of an editable install.
     here = Path(DEMO)
-    if here.is_file():
-        return str(here)
-    return str(Path(__file__).resolve().parents[2] / DEMO)
+    return str(here) if here.is_file() else str(Path(__file__).resolve().parents[2] / DEMO)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -62,9 +62,7 @@ SHORT_IF_NONZERO = (
 
 def console_name(name: str) -> str:
     """The name a metric carries on the console line."""
-    if name.startswith("val/pass@"):
-        return name.removeprefix("val/")
-    return _ALIASES.get(name, name)
+    return name.removeprefix("val/") if name.startswith("val/pass@") else _ALIASES.get(name, name)
 
 
 def _rank(name: str) -> tuple[int, str]:

@@ -40,9 +40,7 @@ def _esc(value: Any) -> str:
 
 
 def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return _esc(value)
+    return f"{value:.4g}" if isinstance(value, float) else _esc(value)
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:

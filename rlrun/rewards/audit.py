@@ -55,9 +55,7 @@ def written_answer(answer: str, mode: str) -> str:
 def perturb_answer(answer: str) -> str:
     """A different answer of the same shape: numbers +1, anything else with "+1" appended."""
     number = normalize_number(answer)
-    if number is None:
-        return f"{answer}+1"
-    return format(Decimal(number) + 1, "f")
+    return f"{answer}+1" if number is None else format(Decimal(number) + 1, "f")
 
 
 def math_wrong(text: str, gold: str | None, mode: str) -> str:

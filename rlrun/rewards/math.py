@@ -81,9 +81,7 @@ def find_answer(text: str, mode: str) -> Span | None:
         m = matches[-1]
         return Span(m.group(group), offset + m.start(group), offset + m.end(group))
     span = _last_boxed(text)
-    if span is None and mode == "math_verify":
-        return find_answer(text, "flexible")
-    return span
+    return find_answer(text, "flexible") if span is None and mode == "math_verify" else span
 
 
 def _last_boxed(text: str) -> Span | None:
