@@ -85,6 +85,9 @@ EXEC_FD = 4  # a binary child's memfd of the program, close-on-exec
 PEER_IN_FD = 4
 PEER_OUT_FD = 5
 MAX_FRAME = 1 << 30
+# Deeper than any result frame our code writes (encode_plain stops at 100 levels, at most three
+# JSON levels each) and shallow enough that the judge can decode a reply that carries one.
+MAX_FRAME_DEPTH = 320
 # Written by a child's setup code just before the program starts (see supervise).
 READY_FRAME = struct.pack(">I", len(b'{"k":"ready"}')) + b'{"k":"ready"}'
 
@@ -214,18 +217,39 @@ def recv_frame(fd, limit=MAX_FRAME):
 
 
 def parse_frames(data):
-    """Result frames a child wrote; malformed data is the child's fault, reported as such."""
+    """Result frames a child wrote; malformed data is the child's fault, reported as such. A
+    program can write anything on its result pipe, so nothing it writes may make this raise:
+    the test would end as a sandbox error, which is not scored, instead of as its failure."""
     frames, pos = [], 0
     while pos + 4 <= len(data):
         (n,) = struct.unpack(">I", data[pos:pos + 4])
         if pos + 4 + n > len(data):
             return frames, "truncated result frame"
+        body = data[pos + 4:pos + 4 + n]
         try:
-            frames.append(load_json(data[pos + 4:pos + 4 + n].decode("utf-8", "surrogateescape")))
-        except ValueError:
+            frame = load_json(body.decode("utf-8", "surrogateescape"))
+        except (ValueError, RecursionError):
             return frames, "malformed result frame"
+        if body.count(b"[") + body.count(b"{") > MAX_FRAME_DEPTH and too_deep(frame):
+            return frames, "result frame nested too deeply"
+        frames.append(frame)
         pos += 4 + n
     return frames, ("trailing bytes on the result pipe" if pos != len(data) else "")
+
+
+def too_deep(value):
+    """Whether lists and dicts nest in `value` deeper than MAX_FRAME_DEPTH (without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if type(node) is dict:
+            node = node.values()
+        elif type(node) is not list:
+            continue
+        if depth > MAX_FRAME_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in node)
+    return False
 
 
 # ---------------------------------------------------------------------------------------------

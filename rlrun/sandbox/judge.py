@@ -508,7 +508,7 @@ def _call_verdict(base: Verdict, case: _Case, r: dict[str, Any], tests: Tests) -
         return replace(base, status="runtime_error", detail="the function returned no value")
     try:
         value = decode_plain(rets[0].get("v"))
-    except (NotPlainData, TypeError, ValueError):
+    except (NotPlainData, TypeError, ValueError, RecursionError):
         return replace(base, status="wrong_answer", detail="the return value is not plain data")
     if values_equal(value, case.expected, tests.float_tolerance):
         return base

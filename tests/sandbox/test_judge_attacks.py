@@ -183,6 +183,26 @@ def test_ForgedCallResult(judge) -> None:
     not_accepted(res)
 
 
+@pytest.mark.parametrize("depth", [988, 5000])
+@pytest.mark.parametrize("kind", ["stdio", "call", "harness"])
+def test_DeeplyNestedResultFrame(judge, kind: str, depth: int) -> None:
+    # A wrong program that turns its verdict into a sandbox error goes unscored instead of
+    # failing: a result frame nested past the executor's recursion limit (5,000), or one the
+    # executor can read but the judge process cannot, inside the reply that carries it (988).
+    code = ("import os\n"
+            f"body = b'[' * {depth} + b']' * {depth}\n"
+            "os.write(3, len(body).to_bytes(4, 'big') + body)\n")
+    if kind == "stdio":
+        (res,) = judge.judge([stdio_sub(code + "print(0)\n", [("1\n", "2\n")])])
+    elif kind == "harness":  # written to the harness process, whose reports the judge reads
+        res = judge_harness(judge, "HumanEval/0", "    return []\n" + code.replace("(3,", "(5,"))
+    else:
+        (res,) = judge.judge([Submission("s", code + "def f(x):\n    return 0\n", "python",
+                                         Cases(fn_name="f", calls=[CallTest([1], 2)]))])
+    not_accepted(res)
+    assert_still_works(judge)
+
+
 # -- reaching into the runner: HumanEval/38 computes each expected value in the harness -------
 #
 # decode_cyclic's check draws a random string, encodes it with the prompt's encode_cyclic and
