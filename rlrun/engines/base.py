@@ -47,18 +47,17 @@ class SamplingParams:
     round_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"sampling temperature={self.temperature} must be >= 0")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"sampling top_p={self.top_p} must be in (0, 1]")
-        if self.top_k < 0:
-            raise ValueError(f"sampling top_k={self.top_k} must be >= 0 (0: off)")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"sampling max_new_tokens={self.max_new_tokens} must be >= 1")
-        if self.n < 1:
-            raise ValueError(f"sampling n={self.n} must be >= 1")
-        if self.round_tokens is not None and self.round_tokens < 1:
-            raise ValueError(f"sampling round_tokens={self.round_tokens} must be >= 1")
+        rules = [
+            ("temperature", self.temperature >= 0, ">= 0"),
+            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
+            ("top_k", self.top_k >= 0, ">= 0 (0: off)"),
+            ("max_new_tokens", self.max_new_tokens >= 1, ">= 1"),
+            ("n", self.n >= 1, ">= 1"),
+            ("round_tokens", self.round_tokens is None or self.round_tokens >= 1, ">= 1"),
+        ]
+        for name, ok, rule in rules:
+            if not ok:
+                raise ValueError(f"sampling {name}={getattr(self, name)} must be {rule}")
         if any(not s for s in self.stop):
             raise ValueError(f"sampling stop={self.stop!r}: stop strings must be non-empty")
 
@@ -116,19 +115,14 @@ def check_weight_names(
         for k in set(expected) & set(weights)
         if tuple(weights[k].shape) != expected[k]
     )
-    if not (missing or unexpected or wrong):
-        return
 
     def few(names: list[str]) -> str:
         return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
-    parts = []
-    if missing:
-        parts.append(f"missing {len(missing)}: {few(missing)}")
-    if unexpected:
-        parts.append(f"unexpected {len(unexpected)}: {few(unexpected)}")
-    if wrong:
-        parts.append(f"wrong shape {len(wrong)}: {few(wrong)}")
+    parts = [f"{what} {len(names)}: {few(names)}" for what, names in
+             [("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong)] if names]
+    if not parts:
+        return
     raise WeightsMismatchError(
         f"weights for version {version} do not match the rollout model ("
         + "; ".join(parts)

@@ -340,8 +340,7 @@ def sample_tokens(
     scaled = logits / sampling.temperature  # [A, V]
     logprobs = torch.log_softmax(scaled, dim=-1)  # [A, V]
     drawn = scaled
-    vocab = scaled.shape[-1]
-    if 0 < sampling.top_k < vocab:
+    if 0 < sampling.top_k < scaled.shape[-1]:
         kth = torch.topk(drawn, sampling.top_k, dim=-1).values[:, -1:]  # [A, 1]
         drawn = drawn.masked_fill(drawn < kth, float("-inf"))
     if sampling.top_p < 1.0:

