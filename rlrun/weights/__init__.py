@@ -15,7 +15,7 @@ handling around them).
 from __future__ import annotations
 
 from rlrun.config import CHOICES
-from rlrun.weights.base import WeightReceiver, WeightSender, WeightUpdate, plain_state_dict
+from rlrun.weights.base import WeightUpdate, plain_state_dict
 
 BACKENDS = CHOICES["weights.backend"]
 # The name under which vLLM's weight-transfer factory knows rlrun's gloo engine (vLLM on CPU).
@@ -40,8 +40,6 @@ def register_vllm_backends() -> None:
 __all__ = [
     "BACKENDS",
     "VLLM_GLOO_BACKEND",
-    "WeightReceiver",
-    "WeightSender",
     "WeightUpdate",
     "plain_state_dict",
     "register_vllm_backends",

@@ -1,17 +1,14 @@
-"""The versioned weight-sync interface between the learner and the rollout engines.
+"""The record of a published weight version, and the state dict as engines load it.
 
-A transfer is a pair of calls: the learner's rank 0 calls `WeightSender.publish(version,
-state_dict)` once per step and gets back a small `WeightUpdate`; the driver hands that record
-to every rollout actor, which calls `WeightReceiver.receive(update)` and loads the tensors into
-its engine. Backends differ only in what travels in `WeightUpdate.payload`: an
-object-store reference (`object_store`, any cluster, the CPU path) or the names, shapes and
-dtypes of a collective broadcast that both sides enter (a GPU backend into vLLM workers).
+The object-store backend's learner rank 0 publishes each step's weights as a small
+`WeightUpdate`; the driver hands that record to every rollout actor, which fetches the tensors
+it points to and loads them into its engine (`rlrun.weights.object_store`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from torch import Tensor
 
@@ -26,18 +23,6 @@ class WeightUpdate:
     # Backend-specific handle. Kept inside a record so Ray does not resolve references on the
     # way through the driver: only the rollout actor that loads the weights fetches them.
     payload: dict[str, Any] = field(default_factory=dict)
-
-
-class WeightSender(Protocol):
-    """Learner side (rank 0)."""
-
-    def publish(self, version: int, state_dict: dict[str, Tensor]) -> WeightUpdate: ...
-
-
-class WeightReceiver(Protocol):
-    """Rollout side."""
-
-    def receive(self, update: WeightUpdate) -> dict[str, Tensor]: ...
 
 
 def plain_state_dict(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:

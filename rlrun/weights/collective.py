@@ -61,11 +61,7 @@ class GroupInfo:
 
 def rank_offsets(tp_sizes: list[int]) -> list[int]:
     """Each engine's first rank in the group: rank 0 is the sender, engines follow in order."""
-    offsets, next_rank = [], 1
-    for tp in tp_sizes:
-        offsets.append(next_rank)
-        next_rank += tp
-    return offsets
+    return [1 + sum(tp_sizes[:i]) for i in range(len(tp_sizes))]
 
 
 class Channel(Protocol):
