@@ -5,16 +5,11 @@
 training and the tests share it and score as training does. A completion is correct when the
 reward's correctness component is 1 (all tests passed / the answer matches).
 
-Definitions (docs/metrics.md carries the same):
-- accuracy: mean over problems of c/n, the fraction of a problem's n sampled completions that
-  are correct (the unbiased pass@1); with no samples, the greedy accuracy.
-- greedy_accuracy: fraction of problems whose greedy (temperature 0) completion is correct.
-- pass@k: mean over problems of 1 - C(n-c, k) / C(n, k) (Chen et al. 2021), from the samples.
-- A completion the reward could not score (a sandbox failure) counts as not correct, and is
-  left out of reward_mean; `unscored` counts them (sampled and greedy), so a validation number
-  pulled down by an infrastructure fault says so.
-- A problem counts as solved when its greedy completion is correct (if greedy ran), otherwise
-  when at least half of its samples are; `compare` lists problems whose solved state flipped.
+docs/metrics.md ("Validation") defines the numbers. In short, per problem with n samples of
+which c are correct: accuracy is the mean of c/n (the greedy accuracy when nothing was
+sampled), pass@k the mean of 1 - C(n-c, k) / C(n, k); a completion the reward could not score
+counts as not correct, stays out of reward_mean and is counted in `unscored`; a problem is
+solved when its greedy completion is correct (if greedy ran), else when half its samples are.
 """
 
 from __future__ import annotations
@@ -129,10 +124,10 @@ class EvalResult:
 
     def summary(self, flips: list[Flip] | None = None, **info: Any) -> dict[str, Any]:
         """A JSON-able digest (what eval*.json files and the run report hold)."""
-        out: dict[str, Any] = dict(info)
-        out |= {"samples": self.samples, "greedy": self.greedy, "k": self.k_list, "seed": self.seed}
-        out["overall"] = self.overall()
-        out["breakdowns"] = self.breakdowns()
+        out: dict[str, Any] = dict(info) | {
+            "samples": self.samples, "greedy": self.greedy, "k": self.k_list, "seed": self.seed,
+            "overall": self.overall(), "breakdowns": self.breakdowns(),
+        }
         if flips is not None:
             out["flips"] = [asdict(f) | {"fixed": f.fixed} for f in flips]
         return out
@@ -295,24 +290,18 @@ def _plain_prompt(problem: Problem) -> str:
 
 def _blank(problem: Problem) -> ProblemResult:
     meta = problem.meta or {}
-    return ProblemResult(
-        problem_id=problem.id,
-        kind=problem.kind,
-        source=None if meta.get("source") is None else str(meta["source"]),
-        difficulty=None if meta.get("difficulty") is None else str(meta["difficulty"]),
-    )
+    labels = {k: None if meta.get(k) is None else str(meta[k]) for k in ("source", "difficulty")}
+    return ProblemResult(problem_id=problem.id, kind=problem.kind, **labels)
 
 
 def compare(
     result: EvalResult | Sequence[ProblemResult], baseline: EvalResult | Sequence[ProblemResult]
 ) -> list[Flip]:
     """Problems (present in both) whose solved state changed from the baseline to `result`."""
-    now = result.problems if isinstance(result, EvalResult) else result
-    before = baseline.problems if isinstance(baseline, EvalResult) else baseline
-    old = {r.problem_id: r for r in before}
+    old = {r.problem_id: r for r in _rows(baseline)}
     return [
         Flip(r.problem_id, old[r.problem_id].score, r.score)
-        for r in now
+        for r in _rows(result)
         if r.problem_id in old and old[r.problem_id].solved != r.solved
     ]
 
@@ -320,9 +309,11 @@ def compare(
 def common_problems(
     result: EvalResult | Sequence[ProblemResult], baseline: EvalResult | Sequence[ProblemResult]
 ) -> int:
-    now = result.problems if isinstance(result, EvalResult) else result
-    before = baseline.problems if isinstance(baseline, EvalResult) else baseline
-    return len({r.problem_id for r in now} & {r.problem_id for r in before})
+    return len({r.problem_id for r in _rows(result)} & {r.problem_id for r in _rows(baseline)})
+
+
+def _rows(result: EvalResult | Sequence[ProblemResult]) -> Sequence[ProblemResult]:
+    return result.problems if isinstance(result, EvalResult) else result
 
 
 def write_jsonl(result: EvalResult, path: str | Path) -> Path:
