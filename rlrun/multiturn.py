@@ -26,7 +26,8 @@ so it stays out of its group's baseline (`rlrun.rewards.reward`'s unscored rule)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
@@ -50,9 +51,7 @@ class ObservationTokens:
 
     def __init__(self, tokenizer: Any, chat: bool) -> None:
         self.tokenizer = tokenizer
-        self.head, self.tail = "\n", "\n"
-        if chat:
-            self.head, self.tail = _chat_frame(tokenizer)
+        self.head, self.tail = _chat_frame(tokenizer) if chat else ("\n", "\n")
 
     def frame(self, observation: str, ended: str = "") -> str:
         """`observation` as the text of a user turn after a model turn whose text ends with
@@ -166,11 +165,7 @@ class Episodes:
                                                                 round_tokens=None))
             for t, answer in zip(going, answers, strict=True):
                 t.add(answer, t.pending)
-        out, k = [], 0
-        for group in groups:
-            out.append([t.finished() for t in everyone[k : k + len(group)]])
-            k += len(group)
-        return out
+        return [[t.finished() for t in run] for run in _runs(everyone, map(len, groups))]
 
     def _feedback(self, active: list[Trajectory]) -> list[Feedback]:
         """Every active trajectory's environment answers its latest turn; the sandbox runs
@@ -181,11 +176,8 @@ class Episodes:
             raise RuntimeError(f"env.name={self.cfg.env.name} submitted programs but the run "
                                "has no sandbox (it starts one only for data with code problems)")
         results = self.judge(flat) if flat and self.judge is not None else []
-        out, k = [], 0
-        for t, subs in zip(active, wanted, strict=True):
-            out.append(t.env.observe(t.turns[-1].response, results[k : k + len(subs)]))
-            k += len(subs)
-        return out
+        return [t.env.observe(t.turns[-1].response, got) for t, got
+                in zip(active, _runs(results, map(len, wanted)), strict=True)]
 
     def score(self, score: ScoreFn) -> ScoreFn:
         """`score` applied to trajectories: each final response against its environment's
@@ -210,6 +202,12 @@ class Episodes:
             return out
 
         return scored
+
+
+def _runs(items: list[Any], sizes: Iterable[int]) -> list[list[Any]]:
+    """`items` cut into consecutive runs of `sizes`."""
+    rest = iter(items)
+    return [list(itertools.islice(rest, n)) for n in sizes]
 
 
 def solved(scored: ScoredSample, component: str = "correctness") -> bool:

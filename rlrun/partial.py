@@ -1,34 +1,20 @@
 """Partial rollouts (`rollout.partial`): generation in rounds, unfinished groups carried over.
 
-Without them a step waits for its slowest completion: one long generation holds up the whole
-batch, and with `algo.max_staleness > 0` it also holds up the weight update queued behind it on
-the rollout actor. With them (Kimi k1.5's partial rollouts; slime's and APRIL's), generation
-proceeds in rounds of at most `rollout.partial_tokens` new tokens per sample:
+docs/training.md gives the design (Kimi k1.5's, slime's and APRIL's) and why. The code:
 
-1. a step keeps `rollout.partial_pool` groups in flight, more than the
-   `algo.prompts_per_step` it trains (APRIL's over-provisioning): its first round draws new
-   prompts to fill the pool, later rounds only to replace groups dropped for having no reward
-   spread. Each round starts the new prompts and continues the paused samples of the others,
-   all under whatever weights the engines hold at that moment: a weight update lands between
-   two rounds instead of waiting for every generation to end, and each token records the
-   version that sampled it (`Sample.token_versions`) beside its behaviour log-prob, so the
-   learner's importance-sampling correction weighs every token against the policy that drew it;
-2. a group whose G samples have all finished is scored (with `algo.filter_equal_groups`, one
-   without a reward spread leaves the pool); once `algo.prompts_per_step` groups have
-   finished, the step takes that many, oldest first. The slowest stay in the pool and finish
-   in a later step, so the batch no longer waits for its longest completions;
-3. staleness is bounded per token: a batch trained at weight version v may hold no token older
-   than v - `algo.max_staleness`. A group whose oldest token sits exactly at that bound must
-   finish in this step (the step runs more rounds for it, veRL's "wait" policy, never more than
-   the rounds one completion takes), so no generated token is thrown away; a group already past
-   it (the previous step's round limit ran out first, or more groups reached the bound than a
-   batch holds) starts over from its prompt.
+1. a step keeps `rollout.partial_pool` groups in flight, more than the `algo.prompts_per_step`
+   it trains; each round draws prompts to refill the pool, starts them and continues the paused
+   samples of the others, at most `rollout.partial_tokens` new tokens per sample, under
+   whatever weights the engines hold, each token logged with its version;
+2. a group whose samples have all finished is scored (with `algo.filter_equal_groups`, one
+   without a reward spread leaves the pool); the step takes `algo.prompts_per_step` finished
+   groups, oldest first, and the rest wait for a later step;
+3. a batch trained at version v holds no token older than v - `algo.max_staleness`: a group at
+   that bound makes the step run more rounds until it finishes, a group past it starts over.
 
 A step runs at most `(algo.max_topup_rounds + 2) * ceil(max_new_tokens / partial_tokens)`
 rounds: the work of the top-up rounds it replaces, and of finishing the groups at the bound.
-A checkpoint records the data positions of the groups in flight (`TrainState.in_flight`); a
-resumed run starts those over, so every drawn prompt is still trained once, though not from
-the tokens the interrupted run had.
+A resumed run starts the groups in flight at its checkpoint (`TrainState.in_flight`) over.
 Nothing here knows about Ray: `advance` is the rollout actors' generate and extend.
 """
 
@@ -80,12 +66,6 @@ class InFlight:
         return None if not self.samples else min(s.weight_version for s in self.samples)
 
 
-def pool_size(cfg: Config) -> int:
-    """Groups in flight: `rollout.partial_pool`, or a quarter more than a batch."""
-    size = cfg.rollout.partial_pool
-    return size if size is not None else math.ceil(1.25 * cfg.algo.prompts_per_step)
-
-
 class PartialRollouts:
     """The pool of groups in flight, kept from one step to the next."""
 
@@ -109,7 +89,8 @@ class PartialRollouts:
         the pool's positions in `in_flight`."""
         cfg, algo = self.cfg, self.cfg.algo
         want, weights = algo.prompts_per_step, normalize_weights(cfg)
-        extra = pool_size(cfg) - want
+        pool = cfg.rollout.partial_pool  # groups in flight; unset: a quarter more than a batch
+        extra = (pool if pool is not None else math.ceil(1.25 * want)) - want
         limit = cfg.rollout.sampling.max_new_tokens
         max_rounds = (algo.max_topup_rounds + 2) * math.ceil(limit / cfg.rollout.partial_tokens)
         stats = RolloutStats()
