@@ -202,14 +202,14 @@ class LearnerGroup:
     def __init__(self, cfg: Config, model_path: str, placement_group: Any, prefix: str) -> None:
         self.cfg, self.model_path = cfg, model_path
         self.placement_group, self.prefix = placement_group, prefix
-        self.workers: list[Any] = []
-        self.starts = 0
+        self.workers: list[Any] = []  # every rank's actor, rank 0 first
+        self.incarnation = 0  # how many times the group was started: a restart makes new ranks
 
     def start(self) -> checkpoint.TrainState:
         """Start the ranks from the latest checkpoint under `run.output_dir` (none: fresh)."""
         cfg, world = self.cfg, self.cfg.learner.num_workers
         resources = {"num_gpus": cfg.learner.num_gpus} if cfg.learner.num_gpus else {}
-        suffix = f".{self.starts}" if self.starts else ""
+        suffix = f".{self.incarnation}" if self.incarnation else ""
         self.workers = [
             LearnerWorker.options(
                 name=f"{self.prefix}.learner-{rank}{suffix}", num_cpus=cfg.learner.num_cpus,
@@ -220,8 +220,8 @@ class LearnerGroup:
             ).remote(cfg, self.model_path, rank, world)
             for rank in range(world)
         ]
-        self.starts += 1
-        address, port = self._get(self.workers[0].rendezvous.remote(), "rendezvous")
+        self.incarnation += 1
+        address, port = self._all([self.workers[0].rendezvous.remote()], "rendezvous")[0]
         restore = checkpoint.latest_checkpoint(cfg.run.output_dir)
         states = self._all([w.setup.remote(address, port, restore) for w in self.workers],
                            "setup")
@@ -242,15 +242,6 @@ class LearnerGroup:
     def publish(self, version: int) -> WeightUpdate:
         return self._all([w.publish.remote(version) for w in self.senders()], "publish")[0]
 
-    def ranks(self) -> list[Any]:
-        """Every rank's actor, rank 0 first."""
-        return list(self.workers)
-
-    @property
-    def incarnation(self) -> int:
-        """How many times the group has been started: a restart makes new ranks."""
-        return self.starts
-
     def senders(self) -> list[Any]:
         """The ranks that take part in sending weights: every rank under FSDP2 (whole
         parameters are gathers), rank 0 alone under DDP (it holds them whole)."""
@@ -266,9 +257,6 @@ class LearnerGroup:
 
     def export(self, path: str) -> None:
         self._all([w.export.remote(path) for w in self.workers], "export")
-
-    def _get(self, ref: Any, phase: str) -> Any:
-        return self._all([ref], phase)[0]
 
     def _all(self, refs: list[Any], phase: str) -> list[Any]:
         """The results of one call per rank, within `learner.timeout_s`. A rank that dies or

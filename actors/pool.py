@@ -168,9 +168,8 @@ class ActorPool:
         """One result per item, in item order, once every chunk is back. `progress(chunk)` is
         called for each chunk whose items got their results."""
         while request.pending:
-            now = time.monotonic()
             earliest = min(c.deadline for c in request.pending.values())
-            wait_s = max(0.0, earliest - now)
+            wait_s = max(0.0, earliest - time.monotonic())
             ready, _ = ray.wait(list(request.pending), num_returns=1, timeout=wait_s)
             if ready:
                 done = self._collect(request, ready[0])
@@ -259,14 +258,10 @@ class ActorPool:
                 f"{self.role} actor {name} returned {len(results)} results for "
                 f"{len(chunk.items)} items"
             ))
-        self._fill(request, chunk, results)
+        request.results[chunk.start : chunk.start + len(results)] = results
         with self._lock:
             self._slots[chunk.slot].done += len(chunk.items)
         return chunk
-
-    def _fill(self, request: Request, chunk: Chunk, results: list[Any]) -> None:
-        for k, result in enumerate(results):
-            request.results[chunk.start + k] = result
 
     def _retry(self, request: Request, chunk: Chunk, error: str) -> Chunk | None:
         chunk.error = error
@@ -275,7 +270,8 @@ class ActorPool:
                 raise PoolError(
                     f"{error}; gave up on {len(chunk.items)} items after {chunk.attempts} attempts"
                 )
-            self._fill(request, chunk, [self.give_up(item, chunk) for item in chunk.items])
+            request.results[chunk.start : chunk.start + len(chunk.items)] = [
+                self.give_up(item, chunk) for item in chunk.items]
             return chunk
         split = self.split_after is not None and chunk.attempts >= self.split_after
         parts = (

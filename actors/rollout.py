@@ -162,32 +162,31 @@ class RolloutGroup:
         """Held, nothing else is sent to the actors: a collective sync holds it."""
         return self.pool.exclusive()
 
-    def _chunk_size(self, prompts: int, n: int) -> int:
-        if self.cfg.rollout.engine == "vllm":
-            return max(1, math.ceil(prompts / self.cfg.rollout.num_actors))
-        return max(1, self.cfg.rollout.batch_size // n)
-
     def submit(self, prompts: list[str], sampling: SamplingParams) -> Any:
         """Start generating `sampling.n` samples for each prompt; redeem with `wait`."""
-
-        def generate(actor: Any, chunk: Chunk) -> Any:
-            return actor.generate.remote(chunk.items, _seeded(sampling, chunk))
-
-        return self.pool.submit(
-            prompts, generate, chunk_size=self._chunk_size(len(prompts), sampling.n),
-            what="generate",
-        )
+        return self._submit("generate", prompts, sampling, sampling.n)
 
     def submit_extend(self, samples: list[Sample], sampling: SamplingParams) -> Any:
         """Start continuing each sample (a paused one, a trajectory's next turn); redeem with
         `wait`."""
+        return self._submit("extend", samples, sampling, 1)
 
-        def extend(actor: Any, chunk: Chunk) -> Any:
-            return actor.extend.remote(chunk.items, _seeded(sampling, chunk))
+    def _submit(self, method: str, items: list[Any], sampling: SamplingParams, n: int) -> Any:
+        """`items` in chunks to the actors' `method`, chunked and seeded as the module docstring
+        says."""
+        rollout = self.cfg.rollout
+        if rollout.engine == "vllm":
+            chunk_size = max(1, math.ceil(len(items) / rollout.num_actors))
+        else:
+            chunk_size = max(1, rollout.batch_size // n)
 
-        return self.pool.submit(
-            samples, extend, chunk_size=self._chunk_size(len(samples), 1), what="extend",
-        )
+        def call(actor: Any, chunk: Chunk) -> Any:
+            seeded = sampling
+            if sampling.seed is not None:
+                seeded = dataclasses.replace(sampling, seed=sampling.seed + chunk.ordinal)
+            return getattr(actor, method).remote(chunk.items, seeded)
+
+        return self.pool.submit(items, call, chunk_size=chunk_size, what=method)
 
     def wait(self, request: Any) -> list[Any]:
         return self.pool.wait(request)
@@ -220,9 +219,3 @@ class RolloutGroup:
     def shutdown(self) -> None:
         self.pool.shutdown()
 
-
-def _seeded(sampling: SamplingParams, chunk: Chunk) -> SamplingParams:
-    """Chunk k samples with seed + k, whichever actor runs it."""
-    if sampling.seed is None:
-        return sampling
-    return dataclasses.replace(sampling, seed=sampling.seed + chunk.ordinal)

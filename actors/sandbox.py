@@ -147,11 +147,9 @@ class SandboxPool:
 
     def stats(self) -> dict[str, int]:
         """Counters since start: submissions, unique, resubmitted, recreated, judged per actor."""
-        out = {"submissions": self.submissions, "unique": self.unique,
-               "resubmitted": self.pool.retried, "recreated": self.pool.restarts}
-        for i, done in enumerate(self.pool.done_per_slot()):
-            out[f"judged_by_{i}"] = done
-        return out
+        counts = {"submissions": self.submissions, "unique": self.unique,
+                  "resubmitted": self.pool.retried, "recreated": self.pool.restarts}
+        return counts | {f"judged_by_{i}": n for i, n in enumerate(self.pool.done_per_slot())}
 
     def actor_names(self) -> list[str]:
         return self.pool.names()

@@ -98,7 +98,7 @@ class CollectiveSync:
 
     def _connect(self) -> None:
         """(Re)build the group from learner rank 0 and the current rollout actors."""
-        cfg, ranks, engines = self.cfg, self.learner.ranks(), self.rollouts.engines()
+        cfg, ranks, engines = self.cfg, self.learner.workers, self.rollouts.engines()
         tp = cfg.rollout.tensor_parallel_size if cfg.rollout.engine == "vllm" else 1
         offsets = rank_offsets([tp] * len(engines))
         address, port = self._one(ranks[0].rendezvous.remote(), _rank(0), "rendezvous")
@@ -215,7 +215,7 @@ class IPCSync(CollectiveSync):
         self.built_from = self._membership()
 
     def _sync(self, version: int) -> dict[str, float]:
-        engines, ranks = self.rollouts.engines(), self.learner.ranks()
+        engines, ranks = self.rollouts.engines(), self.learner.workers
         started, nbytes = time.perf_counter(), 0
         self._phase("start", {e.actor.start_weight_update.remote(version): _engine(e)
                               for e in engines})
