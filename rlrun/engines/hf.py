@@ -199,14 +199,7 @@ class HFEngine:
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, W], 0 at each prompt's first token
         cache = preallocated_cache(self.model.config, width + max(budgets))
-        logits = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_kwarg: cache},
-        ).logits[:, -1, :]  # [U, V]
+        logits = self._forward(input_ids, mask, positions, cache, logits_to_keep=1)  # [U, V]
         expand = torch.repeat_interleave(torch.arange(len(prompts), device=self.device), counts)
         cache.batch_select_indices(expand)
         logits, mask = logits[expand], mask[expand]  # [B, V], [B, W]
@@ -253,13 +246,7 @@ class HFEngine:
                 mask, next_pos, tokens = mask[index], next_pos[index], tokens[index]
                 in_cache = [in_cache[k] for k in keep]
             mask = torch.cat([mask, mask.new_ones((len(in_cache), 1))], dim=1)
-            logits = self.model(
-                input_ids=tokens[:, None],
-                attention_mask=mask,
-                position_ids=next_pos[:, None],
-                use_cache=True,
-                **{self._cache_kwarg: cache},
-            ).logits[:, -1, :]
+            logits = self._forward(tokens[:, None], mask, next_pos[:, None], cache)
             next_pos = next_pos + 1
 
         out = []
@@ -270,6 +257,13 @@ class HFEngine:
             out.append(extended(row, new_out[b], logprobs_out[b], text, reasons[b],
                                 self.version))
         return out
+
+    def _forward(self, input_ids: Tensor, mask: Tensor, positions: Tensor, cache: Any,
+                 **options: Any) -> Tensor:
+        """The next-token logits of every row [rows, V], after extending `cache` by `input_ids`
+        (explicit positions: left padding must not shift them)."""
+        return self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
+                          use_cache=True, **options, **{self._cache_kwarg: cache}).logits[:, -1, :]
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)

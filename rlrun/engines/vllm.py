@@ -129,10 +129,8 @@ class VLLMEngine:
         if weights_backend in TRANSFER_BACKENDS:
             from vllm.config import WeightTransferConfig
 
-            backend = TRANSFER_BACKENDS[weights_backend]
             options["weight_transfer_config"] = WeightTransferConfig(
-                backend=VLLM_GLOO_BACKEND if self.on_cpu else backend
-            )
+                backend=VLLM_GLOO_BACKEND if self.on_cpu else TRANSFER_BACKENDS[weights_backend])
         if self.on_cpu:
             options |= cpu_options(cfg, model_path, sleep_mode)
         elif cfg.tensor_parallel_size > 1:
