@@ -223,9 +223,8 @@ class LearnerGroup:
         self.incarnation += 1
         address, port = self._all([self.workers[0].rendezvous.remote()], "rendezvous")[0]
         restore = checkpoint.latest_checkpoint(cfg.run.output_dir)
-        states = self._all([w.setup.remote(address, port, restore) for w in self.workers],
-                           "setup")
-        return states[0]
+        return self._all([w.setup.remote(address, port, restore) for w in self.workers],
+                         "setup")[0]
 
     def restart(self) -> checkpoint.TrainState:
         """Kill every rank and start again from the latest checkpoint."""
@@ -234,10 +233,8 @@ class LearnerGroup:
 
     def train(self, shards: list[Shard]) -> dict[str, float]:
         """Every rank trains on its shard; the step's merged metrics."""
-        per_rank = self._all(
-            [w.train.remote(s) for w, s in zip(self.workers, shards, strict=True)], "train"
-        )
-        return merge_metrics(per_rank)
+        return merge_metrics(self._all(
+            [w.train.remote(s) for w, s in zip(self.workers, shards, strict=True)], "train"))
 
     def publish(self, version: int) -> WeightUpdate:
         return self._all([w.publish.remote(version) for w in self.senders()], "publish")[0]

@@ -14,8 +14,7 @@ forward pass with a KV cache gives that control in a page of code:
    batch has retired;
 3. decode, cut at the stop string, and regroup the rows per prompt.
 
-The KV cache writes into buffers sized for the whole generation instead of growing by
-concatenation, which would copy the cache at every token.
+The KV cache writes into buffers sized for the whole generation (`preallocated_cache`).
 One `torch.Generator` per call, seeded from `SamplingParams.seed`, makes a call reproducible.
 """
 
