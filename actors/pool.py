@@ -142,8 +142,6 @@ class ActorPool:
         with self._lock:
             return [slot.done for slot in self._slots]
 
-    # ------------------------------------------------------------------ requests
-
     def submit(
         self,
         items: Sequence[Any],
@@ -212,8 +210,6 @@ class ActorPool:
         for ref in late:
             self._log_stall(self._slots[calls[ref][0]], what)
             self.replace(*calls[ref])
-
-    # ------------------------------------------------------------------ internals
 
     def _log_stall(self, slot: _Slot, what: str) -> None:
         """One line naming the actor that missed its deadline, then its stack, before it is

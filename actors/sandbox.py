@@ -107,8 +107,6 @@ class SandboxPool:
                 f"a sandbox actor failed to start with backend {self.cfg.backend!r}: {err}"
             ) from None
 
-    # ---------------------------------------------------------------- public API
-
     def judge(self, subs: list[Submission]) -> list[JudgeResult]:
         """Judge `subs`; results come back in the same order, one per submission."""
         return self.wait(self.submit(subs))

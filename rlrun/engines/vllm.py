@@ -172,8 +172,6 @@ class VLLMEngine:
             self.llm.reset_prefix_cache()
             self.version = version
 
-    # ----------------------------------------------------------- native weight transfer
-
     def init_weight_transfer(self, info: GroupInfo) -> None:
         init_info: dict[str, Any] = {}
         if self.weights_backend == "collective":
@@ -254,8 +252,6 @@ class VLLMEngine:
                 self.llm.shutdown_weight_transfer_engine()
                 self._transfer_ready = False
 
-    # ----------------------------------------------------------- colocated placement
-
     def sleep(self, level: int) -> None:
         """Free the GPU for the learner: level 1 offloads the weights to host memory, level 2
         discards them (they are replaced next anyway); both drop the KV cache."""
@@ -265,8 +261,6 @@ class VLLMEngine:
     def wake_up(self, tags: list[str] | None = None) -> None:
         with self._lock:
             self.llm.wake_up(tags=tags)
-
-    # ----------------------------------------------------------- generation
 
     def generate(self, prompts: list[str], sampling: SamplingParams) -> list[list[Sample]]:
         if not prompts:
