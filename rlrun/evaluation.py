@@ -68,9 +68,8 @@ class ProblemResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ProblemResult:
-        d = dict(d)
-        d["pass_at"] = {int(k): float(v) for k, v in d.get("pass_at", {}).items()}
-        return cls(**d)
+        pass_at = {int(k): float(v) for k, v in d.get("pass_at", {}).items()}
+        return cls(**(d | {"pass_at": pass_at}))
 
 
 @dataclass
