@@ -1,23 +1,20 @@
 """The rollout-engine interface: sampling parameters and the Engine protocol.
 
-An engine returns `rlrun.records.Sample`s, the record the learner trains on. Conventions every
-engine follows, because the learner relies on them:
+An engine returns `rlrun.records.Sample`s, the record the learner trains on. The contract every
+engine keeps (docs/engines.md, "What the numbers mean"):
 
-- `Sample.behaviour_logprobs[i]` is the log-probability of `response_ids[i]` under
-  `log_softmax(logits / temperature)` over the full vocabulary, without top-k/top-p
-  renormalisation; greedy decoding (temperature 0) reports temperature-1 log-probs. The
-  learner recomputes exactly this quantity (TRL and veRL do the same).
-- `response_ids` holds what the model emitted: an EOS token that ended the completion is kept
-  (the model must learn to stop), and so is the token that completed a stop string.
-  `response_text` is the decoded completion without special tokens, cut just before the stop
-  string.
-- `finish_reason` is "stop" (EOS or a stop string) or "length" (`max_new_tokens` reached);
-  with `SamplingParams.round_tokens` (partial rollouts) a sample that reaches it first is
-  "paused", and `extend` continues it later, maybe under newer weights: its `response_ids`,
-  `behaviour_logprobs` and `token_versions` grow, each new token logged with the version that
-  sampled it. `max_new_tokens` bounds the whole response, across rounds.
-- Prompts are tokenized with the tokenizer's own special tokens (a BOS where it adds one),
-  minus a trailing EOS that some tokenizers append: the model continues the prompt.
+- `behaviour_logprobs[i]` is the log-prob of `response_ids[i]` under `log_softmax(logits /
+  temperature)` over the full vocabulary, without top-k/top-p renormalisation; greedy decoding
+  reports temperature-1 log-probs. The learner recomputes exactly this (as TRL and veRL do).
+- `response_ids` holds what the model emitted, the EOS or the token that completed a stop string
+  included (the model must learn to stop); `response_text` is decoded without special tokens and
+  cut just before the stop string.
+- `finish_reason` is "stop" (EOS or a stop string), "length" (`max_new_tokens`, which bounds the
+  whole response across rounds) or, with `SamplingParams.round_tokens` (partial rollouts),
+  "paused": `extend` continues it later, maybe under newer weights, each new token logged in
+  `token_versions` with the version that sampled it.
+- Prompts are tokenized with the tokenizer's own special tokens (a BOS where it adds one), minus
+  a trailing EOS that some tokenizers append: the model continues the prompt.
 """
 
 from __future__ import annotations
