@@ -23,7 +23,6 @@ timeout (`weights.timeout_s`); the driver bounds the control calls with Ray dead
 from __future__ import annotations
 
 import datetime
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -130,7 +129,6 @@ def sender_channel(info: GroupInfo, to_vllm_on_gpus: bool,
 class SendStats:
     bytes: int = 0
     buckets: int = 0
-    seconds: float = 0.0
     checksums: list[int] = field(default_factory=list)
 
 
@@ -140,7 +138,6 @@ def send(
 ) -> SendStats:
     """Stream `source` in packed buckets over `channel` (rank 0). Ranks without a channel walk
     the source too, because under FSDP2 making a parameter whole takes every rank."""
-    start = time.perf_counter()
     metas = source.metadata()
     stats = SendStats()
     tensors = iter(source)
@@ -164,7 +161,6 @@ def send(
         stats.buckets += 1
     if device.type == "cuda":
         torch.cuda.current_stream().synchronize()
-    stats.seconds = time.perf_counter() - start
     return stats
 
 
