@@ -162,6 +162,16 @@ def test_every_kind_of_failure_has_its_own_observation(judge):
     assert broken.done and not broken.judged
 
 
+def test_output_that_is_not_utf8_reaches_the_model_as_text(judge):
+    problem = repair_problems(1, seed=2)[0]
+    env = CodeRepair(problem, config())
+    program = "```python\nimport sys\nsys.stdout.buffer.write(b'\\xff\\xfe?')\n```"
+    feedback = env.observe("", judge(env.submissions(program)))
+    assert "Your output:\n\ufffd\ufffd?" in feedback.observation
+    tokens = ObservationTokens(_tiny_tokenizer(), chat=False)
+    assert tokens.ids(feedback.observation, last_token=None)
+
+
 def test_a_trajectory_whose_sandbox_call_failed_is_unscored_and_leaves_the_baseline(judge):
     calls = []
 

@@ -442,7 +442,8 @@ def _abnormal(r: dict[str, Any], sub: Submission) -> tuple[str, str] | None:
 def _verdict(case: _Case, r: dict[str, Any], sub: Submission) -> Verdict:
     base = Verdict("accepted", time_s=round(r.get("wall_s", 0.0), 6),
                    memory_mb=round(r.get("maxrss_kb", 0) / 1024, 2),
-                   stdout_head=r.get("stdout", "")[:HEAD], stderr_head=r.get("stderr", "")[-HEAD:])
+                   stdout_head=_printable(r.get("stdout", "")[:HEAD]),
+                   stderr_head=r.get("stderr", "")[-HEAD:])
     if case.kind == "harness":
         return _harness_verdict(base, case.expected, r, sub)
     abnormal = _abnormal(r, sub)
@@ -454,6 +455,13 @@ def _verdict(case: _Case, r: dict[str, Any], sub: Submission) -> Verdict:
                            sub.tests.case_insensitive)
         return base if ok else replace(base, status="wrong_answer", detail="output differs")
     return _call_verdict(base, case, r, sub.tests)
+
+
+def _printable(stdout: str) -> str:
+    """`stdout` with the bytes that are not UTF-8 (kept as lone surrogates to compare outputs
+    byte for byte) shown as U+FFFD: a verdict's text goes into observations a tokenizer encodes
+    and into files, where a lone surrogate cannot be written."""
+    return stdout.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def _harness_verdict(base: Verdict, prepared: PreparedHarness, r: dict[str, Any],

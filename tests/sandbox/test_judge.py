@@ -94,6 +94,17 @@ def test_all_tests_run_without_stop_on_first_failure() -> None:
 
 
 @pytestmark_system
+def test_output_that_is_not_utf8_is_compared_as_bytes_and_shown_as_text(judge) -> None:
+    code = "import sys\nsys.stdout.buffer.write(b'caf\\xe9 ' + input().encode() + b'\\n')"
+    (res,) = judge.judge([stdio_sub(code, [("x\n", "café x\n")])])
+    # Latin-1 bytes are not the expected UTF-8 text; the head shows them as U+FFFD, so the
+    # verdict can be tokenized into an observation and written as UTF-8.
+    assert res.status == "wrong_answer"
+    assert res.tests[0].stdout_head == "caf\ufffd x\n"
+    res.tests[0].stdout_head.encode("utf-8")
+
+
+@pytestmark_system
 def test_float_tolerance_and_case_insensitive(judge) -> None:
     sub = stdio_sub("print(1 / 3)", [("", "0.333333")], float_tolerance=1e-5)
     strict = stdio_sub("print(1 / 3)", [("", "0.333333")])
