@@ -74,7 +74,11 @@ def values_equal(actual: Any, expected: Any, float_tolerance: float | None = Non
             return False
         if float_tolerance is None or (ta is int and te is int):
             return actual == expected
-        return math.isclose(actual, expected, rel_tol=float_tolerance, abs_tol=float_tolerance)
+        try:
+            return math.isclose(actual, expected, rel_tol=float_tolerance,
+                                abs_tol=float_tolerance)
+        except OverflowError:  # an int past float range (10**400) is close to no float
+            return False
     if expected is None or te is str or te is bytes:
         return ta is te and actual == expected
     if te is list or te is tuple:

@@ -40,6 +40,14 @@ def test_values_are_compared_with_strict_types() -> None:
     assert not values_equal(0.1 + 0.2, 0.3)
 
 
+def test_an_int_past_float_range_is_unequal_not_an_error() -> None:
+    # A program's return value: math.isclose raised OverflowError on it, which crashed the judge.
+    assert not values_equal(10**400, 1.5, float_tolerance=1e-6)
+    assert not values_equal([10**400], [1.5], float_tolerance=1e-6)
+    assert not values_equal(1.5, 10**400, float_tolerance=1e-6)
+    assert values_equal(10**400, 10**400, float_tolerance=1e-6)
+
+
 def test_custom_objects_never_equal() -> None:
     class Anything:
         def __eq__(self, other: object) -> bool:

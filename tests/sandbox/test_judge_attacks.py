@@ -203,6 +203,17 @@ def test_DeeplyNestedResultFrame(judge, kind: str, depth: int) -> None:
     assert_still_works(judge)
 
 
+def test_ReturnsAnIntPastFloatRange(judge) -> None:
+    # Compared with a float expected value under a tolerance, 10**400 made math.isclose raise
+    # OverflowError in the judge, which took the whole batch down with it.
+    code = "def f(x):\n    return 10**400\n"
+    (res,) = judge.judge([Submission("s", code, "python",
+                                     Cases(fn_name="f", calls=[CallTest([1], 2.5)],
+                                           float_tolerance=1e-6))])
+    assert res.status == "wrong_answer", res
+    assert_still_works(judge)
+
+
 # -- reaching into the runner: HumanEval/38 computes each expected value in the harness -------
 #
 # decode_cyclic's check draws a random string, encodes it with the prompt's encode_cyclic and
