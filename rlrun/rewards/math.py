@@ -19,7 +19,6 @@ import multiprocessing
 import re
 import threading
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from multiprocessing.connection import Connection
 
 from rlrun.config import CHOICES
@@ -52,16 +51,15 @@ def normalize_number(text: str) -> str | None:
     """
     # Thousands separators and currency, LaTeX spellings included: "1{,}000", "1\\,000", "\\$5".
     s = re.sub(r"\{,\}|\\[,!$]|[,$\s]", "", text).rstrip(".").removeprefix("+")
-    if not s or not re.fullmatch(r"-?(\d+\.?\d*|\.\d+)", s):
+    # Exact, on the digits themselves: Decimal's 28-digit context rounded two long numbers that
+    # differ past their 28th digit to one value. One way to split the digits, so no backtracking.
+    m = re.fullmatch(r"(-?)(\d*)(?:\.(\d*))?", s)
+    if m is None or not (m[2] or m[3]):
         return None
-    try:
-        value = Decimal(s)
-    except InvalidOperation:
-        return None
-    if value == 0:
+    whole, frac = m[2].lstrip("0") or "0", (m[3] or "").rstrip("0")
+    if whole == "0" and not frac:
         return "0"
-    out = format(value.normalize(), "f")
-    return out.rstrip("0").rstrip(".") if "." in out else out
+    return m[1] + whole + ("." + frac if frac else "")
 
 
 def find_answer(text: str, mode: str) -> Span | None:

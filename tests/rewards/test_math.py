@@ -1,6 +1,7 @@
 """Math extraction, normalisation, LaTeX equivalence and the verifier's hard timeout."""
 
 import json
+import time
 
 import pytest
 
@@ -109,6 +110,23 @@ def test_boxed_takes_the_last_box_with_nested_braces(text, expected):
 
 def test_boxed_without_a_closing_brace_is_no_answer():
     assert extract_answer("\\boxed{\\frac{1}{2}", "boxed") is None
+
+
+@pytest.mark.timeout(60)
+def test_normalize_number_does_not_backtrack_on_a_long_digit_run():
+    start = time.monotonic()
+    assert normalize_number("1" * 100_000 + "x") is None
+    assert time.monotonic() - start < 5
+
+
+def test_numbers_past_28_digits_are_compared_exactly():
+    # Decimal's default context rounded both to 28 digits, so a wrong answer matched.
+    gold = "1234567890123456789012345678901"
+    assert normalize_number(gold) == gold
+    assert normalize_number("-000" + gold + ".5000") == "-" + gold + ".5"
+    assert not math_correct("#### 1234567890123456789012345678999", gold, "strict", 1.0)
+    assert not math_correct("\\boxed{0.00000000000000000000000000000001}", "0", "boxed", 1.0)
+    assert math_correct("#### " + gold, gold, "strict", 1.0)
 
 
 def test_boxed_compares_non_numbers_as_text_without_spaces():
