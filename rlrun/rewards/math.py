@@ -105,9 +105,15 @@ def extract_answer(text: str, mode: str) -> str | None:
     return number if number is not None else span.text.strip()
 
 
+# "18 dollars", "5 \text{ cm}", "50\%". Written so a string splits one way only (no two adjacent
+# quantifiers over the same characters), or a long run of digits or spaces backtracks for minutes.
+_UNITS = re.compile(r"\s*([-+]?\$?(?:[\d,]*\.\d+|[\d,]*\d)\.?)"
+                    r"\s*(?:(?:\\%|%|\\text\{[^}]*\}|[A-Za-z]+)\s*)?$")
+
+
 def _strip_units(answer: str) -> str:
-    # "18 dollars", "5 \text{ cm}", "50\%": keep the leading number when what follows is a word.
-    m = re.match(r"\s*([-+]?\$?[\d,]*\.?\d+\.?)\s*(?:\\%|%|\\text\{[^}]*\}|[A-Za-z]+)?\s*$", answer)
+    # Keep the leading number when what follows is a unit word.
+    m = _UNITS.match(answer)
     return m.group(1) if m else answer
 
 

@@ -113,6 +113,17 @@ def test_boxed_without_a_closing_brace_is_no_answer():
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("boxed", [
+    "1" * 100_000 + " !",  # _strip_units' pattern split a digit run every way
+    "1" + " " * 100_000 + "!",  # and its two runs of spaces around the unit
+])
+def test_long_runs_in_a_boxed_answer_do_not_backtrack(boxed):
+    start = time.monotonic()
+    assert not math_correct("\\boxed{" + boxed + "}", "1", "boxed", 1.0)
+    assert time.monotonic() - start < 5
+
+
+@pytest.mark.timeout(60)
 def test_normalize_number_does_not_backtrack_on_a_long_digit_run():
     start = time.monotonic()
     assert normalize_number("1" * 100_000 + "x") is None
