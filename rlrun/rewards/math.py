@@ -83,10 +83,15 @@ def find_answer(text: str, mode: str) -> Span | None:
 
 
 def _last_boxed(text: str) -> Span | None:
-    starts = [m.end() for m in _BOXED.finditer(text)]
-    for start in reversed(starts):
+    """The last `\\boxed{` whose brace closes. Each is scanned only up to the next one: when every
+    later one is left open, an earlier one cannot close past them, so the scan is linear (it
+    was quadratic in the number of unclosed `\\boxed{`)."""
+    found = list(_BOXED.finditer(text))
+    for k in range(len(found) - 1, -1, -1):
+        start = found[k].end()
+        stop = found[k + 1].start() if k + 1 < len(found) else len(text)
         depth = 1
-        for i in range(start, len(text)):
+        for i in range(start, stop):
             if text[i] == "{":
                 depth += 1
             elif text[i] == "}":

@@ -112,6 +112,21 @@ def test_boxed_without_a_closing_brace_is_no_answer():
     assert extract_answer("\\boxed{\\frac{1}{2}", "boxed") is None
 
 
+def test_boxed_skips_an_unclosed_last_box_for_an_earlier_closed_one():
+    assert extract_answer("\\boxed{3} and \\boxed{4", "boxed") == "3"
+    assert extract_answer("\\boxed{\\boxed{5}", "boxed") == "5"
+    assert extract_answer("\\boxed{1 \\boxed{2} } \\boxed{", "boxed") == "2"
+
+
+@pytest.mark.timeout(60)
+def test_many_unclosed_boxes_are_read_in_linear_time():
+    # Each unclosed \boxed{ was scanned to the end of the text: 14,000 of them took minutes.
+    text = "\\boxed{" * 14_000
+    start = time.monotonic()
+    assert extract_answer(text, "boxed") is None
+    assert time.monotonic() - start < 5
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("boxed", [
     "1" * 100_000 + " !",  # _strip_units' pattern split a digit run every way
