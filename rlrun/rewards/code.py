@@ -33,7 +33,26 @@ LANGUAGE_TAGS: dict[str, str] = {
     "cpp": "cpp", "c++": "cpp", "cc": "cpp", "cxx": "cpp",
 }
 
-_FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_TAG = re.compile(r"[ \t]*([\w+#.-]*)")
+
+
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """(tag, body) of every fenced block, in order: an opening ```, the tag at the start of the
+    rest of its line, the body up to the next ```. What the pattern
+    ```[ \\t]*([\\w+#.-]*)[^\\n]*\\n(.*?)``` finds, in linear time: the pattern scanned to
+    the end of the line from every ``` in it, so one long line of backticks took seconds."""
+    blocks, pos = [], 0
+    while (start := text.find("```", pos)) >= 0:
+        newline = text.find("\n", start + 3)
+        if newline < 0:  # no later opening has a line break after it either
+            break
+        close = text.find("```", newline + 1)
+        if close < 0:  # nor a closing fence after its line
+            break
+        tag = _TAG.match(text, start + 3, newline)
+        blocks.append((tag.group(1) if tag else "", text[newline + 1:close]))
+        pos = close + 3
+    return blocks
 
 
 def _clean(body: str) -> str | None:
@@ -46,7 +65,7 @@ def _clean(body: str) -> str | None:
 
 def extract_code(text: str, language: str, allow_bare: bool = False) -> tuple[str | None, str]:
     """The program in `text` and its language; `(None, language)` when there is none."""
-    blocks = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text)]
+    blocks = [(tag.lower(), body) for tag, body in _fenced_blocks(text)]
     for tag, body in reversed(blocks):
         if LANGUAGE_TAGS.get(tag) == language:
             code = _clean(body)

@@ -1,12 +1,22 @@
 """Code extraction fallbacks, verdict scoring, and judging through a real local sandbox."""
 
+import random
+import re
+import time
+
 import pytest
 
 from rlrun import records
 from rlrun.data import load_problems
 from rlrun.records import JudgeResult, Problem, StdioTest, Verdict
 from rlrun.rewards import RewardError
-from rlrun.rewards.code import extract_code, judge_completions, score_judged, score_result
+from rlrun.rewards.code import (
+    _fenced_blocks,
+    extract_code,
+    judge_completions,
+    score_judged,
+    score_result,
+)
 from rlrun.sandbox import Judge
 
 from .helpers import FIXTURES, config
@@ -39,6 +49,25 @@ def test_unclosed_fence_and_empty_block_are_no_code():
     assert extract_code(f"```python\n{ADD}\n", "python") == (None, "python")
     assert extract_code("```python\n\n```", "python") == (None, "python")
     assert extract_code("no code here", "python") == (None, "python")
+
+
+@pytest.mark.timeout(60)
+def test_a_long_line_of_backticks_is_read_in_linear_time():
+    # The fence pattern scanned to the end of the line from each ``` on it: 200,000 backticks
+    # took over ten seconds per completion.
+    start = time.monotonic()
+    assert extract_code("`" * 200_000, "python") == (None, "python")
+    assert extract_code("```python " + "`" * 200_000 + "\nx = 1\n```", "python")[0] is not None
+    assert time.monotonic() - start < 2
+
+
+def test_blocks_are_what_the_fence_pattern_finds():
+    pattern = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)```", re.DOTALL)
+    rng = random.Random(0)
+    pieces = ["```", "`", "``", "\n", "python", "cpp", " ", "\t", "x = 1", "ü", "c++ {", "#"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(12)))
+        assert _fenced_blocks(text) == pattern.findall(text), text
 
 
 def test_bare_body_only_when_allowed_and_keeps_indentation():
