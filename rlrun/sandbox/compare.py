@@ -61,10 +61,10 @@ _NUMBER = (int, float)
 def values_equal(actual: Any, expected: Any, float_tolerance: float | None = None) -> bool:
     """Type-strict equality of two plain-data values (a call result against a dataset answer).
 
-    bool never equals a number; int and float compare by value (within `float_tolerance` when
-    given); a list or tuple result matches a list expected (datasets store JSON, which has no
-    tuples); dict keys and set members must match exactly. Anything that is not exact plain data
-    (a subclass, a custom object) is unequal.
+    bool never equals a number, as a dict key or set member too; int and float compare by value
+    (within `float_tolerance` when given); a list or tuple result matches a list expected
+    (datasets store JSON, which has no tuples); dict keys and set members must match exactly.
+    Anything that is not exact plain data (a subclass, a custom object) is unequal.
     """
     ta, te = type(actual), type(expected)
     if ta is bool or te is bool:
@@ -90,9 +90,29 @@ def values_equal(actual: Any, expected: Any, float_tolerance: float | None = Non
             values_equal(a, e, float_tolerance) for a, e in zip(actual, expected, strict=True)
         )
     if te is dict:
-        if ta is not dict or actual.keys() != expected.keys():
+        if ta is not dict or len(actual) != len(expected):
             return False
-        return all(values_equal(actual[k], v, float_tolerance) for k, v in expected.items())
+        keys = {_strict_key(k): k for k in actual}
+        for k, v in expected.items():
+            mine = keys.get(_strict_key(k), keys)  # `keys` itself: no such key
+            if mine is keys or not values_equal(actual[mine], v, float_tolerance):
+                return False
+        return True
     if te is set or te is frozenset:
-        return (ta is set or ta is frozenset) and actual == expected
+        return (ta is set or ta is frozenset) and _strict_key(actual) == _strict_key(expected)
     return False
+
+
+def _strict_key(value: Any) -> Any:
+    """`value` (hashable plain data: a dict key or set member) tagged with its kind, so that
+    Python's `True == 1` (and `(True,) == (1,)`) does not make a bool match a number."""
+    t = type(value)
+    if t is bool:
+        return ("bool", value)
+    if t is int or t is float:
+        return ("number", value)
+    if t is tuple:
+        return ("tuple", tuple(_strict_key(v) for v in value))
+    if t is frozenset or t is set:
+        return ("set", frozenset(_strict_key(v) for v in value))
+    return (t.__name__, value)

@@ -40,6 +40,21 @@ def test_values_are_compared_with_strict_types() -> None:
     assert not values_equal(0.1 + 0.2, 0.3)
 
 
+def test_a_bool_is_not_a_number_as_a_dict_key_or_set_member() -> None:
+    # Python's True == 1 let {True} match an expected {1} and {True: "a"} match {1: "a"}.
+    assert not values_equal({True}, {1})
+    assert not values_equal(frozenset({False}), {0})
+    assert not values_equal({(True, 2)}, {(1, 2)})
+    assert not values_equal({True: "a"}, {1: "a"})
+    assert not values_equal({(1, False): 0}, {(1, 0): 0})
+    assert not values_equal({1: "a"}, {True: "a"})
+    assert values_equal({1, 2}, {1, 2}) and values_equal(frozenset({True}), {True})
+    assert values_equal({1: [1.0], "b": (2,)}, {1: [1], "b": [2]})
+    assert values_equal({(1, "x"): None}, {(1, "x"): None})
+    assert not values_equal({1: "a"}, {2: "a"}) and not values_equal({1: "a"}, {1: "a", 2: "b"})
+    assert not values_equal({1, 2}, {1, 3})
+
+
 def test_an_int_past_float_range_is_unequal_not_an_error() -> None:
     # A program's return value: math.isclose raised OverflowError on it, which crashed the judge.
     assert not values_equal(10**400, 1.5, float_tolerance=1e-6)
