@@ -23,7 +23,7 @@ perturbation is caught when its step's verdict is `wrong` and no earlier verdict
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import Decimal, localcontext
 
 from rlrun.records import Problem, Sample
 from rlrun.rewards.errors import RewardError
@@ -55,7 +55,11 @@ def written_answer(answer: str, mode: str) -> str:
 def perturb_answer(answer: str) -> str:
     """A different answer of the same shape: numbers +1, anything else with "+1" appended."""
     number = normalize_number(answer)
-    return f"{answer}+1" if number is None else format(Decimal(number) + 1, "f")
+    if number is None:
+        return f"{answer}+1"
+    with localcontext() as ctx:  # exact: the default 28 digits rounded 10**30 + 1 to 10**30
+        ctx.prec = len(number) + 2
+        return format(Decimal(number) + 1, "f")
 
 
 def math_wrong(text: str, gold: str | None, mode: str) -> str:

@@ -25,7 +25,8 @@ from .helpers import FIXTURES, config, math_problem, plugin
 @pytest.mark.parametrize(
     ("answer", "wrong"),
     [("18", "19"), ("1,000", "1001"), ("-1", "0"), ("2.5", "3.5"),
-     ("\\frac{1}{2}", "\\frac{1}{2}+1")],
+     ("\\frac{1}{2}", "\\frac{1}{2}+1"), ("1" + "0" * 30, "1" + "0" * 29 + "1"),
+     ("-0.5", "0.5")],
 )
 def test_perturb_answer_changes_the_value(answer, wrong):
     assert perturb_answer(answer) == wrong
