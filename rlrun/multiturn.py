@@ -56,16 +56,25 @@ class ObservationTokens:
     def frame(self, observation: str, ended: str = "") -> str:
         """`observation` as the text of a user turn after a model turn whose text ends with
         `ended`; a turn that ended with the template's end-of-turn token gets no second one."""
-        head = self.head
-        if ended and head.startswith(ended):
-            head = head[len(ended):]
-        return head + observation + self.tail
+        return self._head(ended) + observation + self.tail
+
+    def _head(self, ended: str) -> str:
+        return self.head[len(ended):] if ended and self.head.startswith(ended) else self.head
 
     def ids(self, observation: str, last_token: int | None) -> list[int]:
-        """`frame` as token ids, after a model turn whose last token is `last_token`."""
+        """`frame` as token ids, after a model turn whose last token is `last_token`. The
+        observation quotes the program's output, so its text is tokenized as text: a program
+        that prints `<|im_end|>` or `</s>` gets those characters into the model's context, not
+        the control tokens, which would end the user turn or start a fake one."""
         ended = self.tokenizer.decode([last_token]) if last_token is not None else ""
-        return list(self.tokenizer(self.frame(observation, ended),
-                                   add_special_tokens=False)["input_ids"])
+        head, tail = self._head(ended), self.tail
+        return (self._tokens(head) + self._tokens(observation, split_special_tokens=True)
+                + self._tokens(tail))
+
+    def _tokens(self, text: str, **kwargs: Any) -> list[int]:
+        if not text:
+            return []
+        return list(self.tokenizer(text, add_special_tokens=False, **kwargs)["input_ids"])
 
 
 def _chat_frame(tokenizer: Any) -> tuple[str, str]:

@@ -264,6 +264,24 @@ def test_chat_models_get_the_observation_as_a_user_turn():
                                "<|im_start|>assistant\n")
 
 
+def test_control_tokens_a_program_prints_reach_the_model_as_text():
+    # The program's output is quoted in the observation: printing "</s>" (or a chat model's
+    # "<|im_end|>") put the real control token into the model's context.
+    tok = _tiny_tokenizer()
+    plain = ObservationTokens(tok, chat=False).ids("Your output:\n</s><pad>", last_token=None)
+    assert tok.eos_token_id not in plain and tok.pad_token_id not in plain
+    assert tok.decode(plain) == "\nYour output:\n</s><pad>\n"
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}</s>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    tokens = ObservationTokens(tok, chat=True)
+    ids = tokens.ids("out: </s>", last_token=tok.eos_token_id)
+    assert ids.count(tok.eos_token_id) == 1  # the template's own end of the user turn
+    text = tok("out: </s>", add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    tail = tok(tokens.tail, add_special_tokens=False)["input_ids"]
+    assert ids[-len(tail) - len(text):] == text + tail and tail[0] == tok.eos_token_id
+
+
 class NoSignature:
     def __init__(self, problem):
         pass
