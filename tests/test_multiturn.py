@@ -242,6 +242,22 @@ def test_a_program_that_games_the_visible_test_is_paid_by_the_hidden_ones(judge)
     assert episode_metrics([s])["env/visible_only"] == 1.0
 
 
+def test_feedback_shows_the_test_that_failed_when_max_tests_judges_a_subset():
+    # The verdicts are in the order of the subset sandbox.max_tests ran; the feedback showed
+    # the visible test at the same index instead.
+    tests = TestSet(stdio=[StdioTest(f"in{i}", f"out{i}") for i in range(6)])
+    problem = Problem("p", "q", "code", tests=tests, meta={"visible_tests": 5})
+    env = CodeRepair(problem, config("sandbox.max_tests=2"))
+    (sub,) = env.submissions("```python\nprint(1)\n```")
+    ran = [t.input for t in sub.tests.stdio]
+    assert len(ran) == 2 and ran != ["in0", "in1"]
+    failed = JudgeResult("0", "wrong_answer", 1, 2, [Verdict("accepted"),
+                                                     Verdict("wrong_answer", stdout_head="1")])
+    observation = env.observe("", [failed]).observation
+    want = ran[1]
+    assert f"Input:\n{want}\nExpected output:\nout{want[2:]}" in observation, observation
+
+
 def test_split_keeps_a_datasets_own_split_and_needs_a_hidden_test():
     tests = TestSet(stdio=[StdioTest(str(i), str(i)) for i in range(5)])
     problem = Problem("p", "q", "code", tests=tests, meta={"visible_tests": 2})

@@ -94,6 +94,7 @@ class CodeRepair:
     def __init__(self, problem: Problem, cfg: Config) -> None:
         self.problem, self.cfg = problem, cfg
         self.visible, self.hidden = split_tests(problem, cfg.env.visible_tests)
+        self.judged = self.visible  # the visible tests the latest submission ran
 
     def scored_problem(self) -> Problem:
         return replace(self.problem, tests=self.hidden)
@@ -104,8 +105,12 @@ class CodeRepair:
         code, language = self._program(response)
         if code is None:
             return []
-        return [make_submission(replace(self.problem, tests=self.visible), code,
-                                self.cfg.sandbox, language=language)]
+        sub = make_submission(replace(self.problem, tests=self.visible), code, self.cfg.sandbox,
+                              language=language)
+        # What was run: `sandbox.max_tests` may judge a subset of the visible tests, and the
+        # verdicts' order is the subset's.
+        self.judged = sub.tests
+        return [sub]
 
     def observe(self, response: str, results: list[JudgeResult]) -> Feedback:
         language = self.problem.language
@@ -159,12 +164,13 @@ class CodeRepair:
         return min(self.problem.time_limit_s or box.time_limit_s, box.max_time_limit_s)
 
     def _case(self, index: int, chars: int) -> list[str]:
-        """The visible test's input and expected output."""
-        if self.visible.stdio:
-            test = self.visible.stdio[index]
+        """The input and expected output of the `index`-th test the latest submission ran."""
+        shown = self.judged
+        if shown.stdio:
+            test = shown.stdio[index]
             return ["Input:", _cut(test.input, chars), "Expected output:",
                     _cut(test.output, chars)]
-        call = self.visible.calls[index]
-        name = self.visible.fn_name or "the function"
+        call = shown.calls[index]
+        name = shown.fn_name or "the function"
         return [f"Call: {name}(*{_cut(repr(call.args), chars)})", "Expected:",
                 _cut(repr(call.expected), chars)]
