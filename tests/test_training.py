@@ -233,10 +233,15 @@ def _pids(class_name: str) -> list[int]:
     import psutil
 
     raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
-    return [
-        p.pid for p in psutil.Process(raylet).children(recursive=True)
-        if p.cmdline() and p.cmdline()[0].split(".")[0].split("(")[0] == f"ray::{class_name}"
-    ]
+    pids = []
+    for p in psutil.Process(raylet).children(recursive=True):
+        try:
+            argv = p.cmdline()
+        except psutil.Error:  # a process that ended since the listing (a worker Ray retired)
+            continue
+        if argv and argv[0].split(".")[0].split("(")[0] == f"ray::{class_name}":
+            pids.append(p.pid)
+    return pids
 
 
 def kill_all(class_name: str) -> Callable[[], None]:
