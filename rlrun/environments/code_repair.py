@@ -93,8 +93,12 @@ class CodeRepair:
 
     def __init__(self, problem: Problem, cfg: Config) -> None:
         self.problem, self.cfg = problem, cfg
-        self.visible, self.hidden = split_tests(problem, cfg.env.visible_tests)
-        self.judged = self.visible  # the visible tests the latest submission ran
+        from rlrun.sandbox.judge import judged_tests
+
+        visible, self.hidden = split_tests(problem, cfg.env.visible_tests)
+        # What a submission runs and so what feedback can quote: `sandbox.max_tests` may judge a
+        # subset of the visible tests, and the verdicts come in the subset's order.
+        self.visible = judged_tests(problem, visible, cfg.sandbox.max_tests)
 
     def scored_problem(self) -> Problem:
         return replace(self.problem, tests=self.hidden)
@@ -105,12 +109,8 @@ class CodeRepair:
         code, language = self._program(response)
         if code is None:
             return []
-        sub = make_submission(replace(self.problem, tests=self.visible), code, self.cfg.sandbox,
-                              language=language)
-        # What was run: `sandbox.max_tests` may judge a subset of the visible tests, and the
-        # verdicts' order is the subset's.
-        self.judged = sub.tests
-        return [sub]
+        return [make_submission(replace(self.problem, tests=self.visible), code,
+                                self.cfg.sandbox, language=language)]
 
     def observe(self, response: str, results: list[JudgeResult]) -> Feedback:
         language = self.problem.language
@@ -164,8 +164,8 @@ class CodeRepair:
         return min(self.problem.time_limit_s or box.time_limit_s, box.max_time_limit_s)
 
     def _case(self, index: int, chars: int) -> list[str]:
-        """The input and expected output of the `index`-th test the latest submission ran."""
-        shown = self.judged
+        """The input and expected output of the `index`-th test a submission runs."""
+        shown = self.visible
         if shown.stdio:
             test = shown.stdio[index]
             return ["Input:", _cut(test.input, chars), "Expected output:",

@@ -93,11 +93,9 @@ def values_equal(actual: Any, expected: Any, float_tolerance: float | None = Non
         if ta is not dict or len(actual) != len(expected):
             return False
         keys = {_strict_key(k): k for k in actual}
-        for k, v in expected.items():
-            mine = keys.get(_strict_key(k), keys)  # `keys` itself: no such key
-            if mine is keys or not values_equal(actual[mine], v, float_tolerance):
-                return False
-        return True
+        return all(_strict_key(k) in keys
+                   and values_equal(actual[keys[_strict_key(k)]], v, float_tolerance)
+                   for k, v in expected.items())
     if te is set or te is frozenset:
         return (ta is set or ta is frozenset) and _strict_key(actual) == _strict_key(expected)
     return False

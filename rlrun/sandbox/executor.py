@@ -173,6 +173,8 @@ def load_json(text):
         value, end = _SCAN(text, 0)
     except StopIteration:
         raise ValueError("not a JSON value") from None
+    except RecursionError:  # whoever wrote it, data is what is wrong, not the reader
+        raise ValueError("JSON nested too deeply") from None
     if end != len(text):
         raise ValueError("data after the JSON value")
     return value
@@ -228,7 +230,7 @@ def parse_frames(data):
         body = data[pos + 4:pos + 4 + n]
         try:
             frame = load_json(body.decode("utf-8", "surrogateescape"))
-        except (ValueError, RecursionError):
+        except ValueError:
             return frames, "malformed result frame"
         if body.count(b"[") + body.count(b"{") > MAX_FRAME_DEPTH and too_deep(frame):
             return frames, "result frame nested too deeply"

@@ -567,7 +567,9 @@ def _short(value: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 # Submissions from problems.
 
-def _subset(problem: Problem, tests: Tests, max_tests: int | None) -> Tests:
+def judged_tests(problem: Problem, tests: Tests, max_tests: int | None) -> Tests:
+    """The tests of `problem` a submission runs: all of them, or a subset of `max_tests` that
+    depends only on the problem's id (the same every time, for every program)."""
     if max_tests is None or tests.count() <= max_tests:
         return tests
     budget = max(0, max_tests - (1 if tests.harness else 0))
@@ -588,7 +590,7 @@ def make_submission(problem: Problem, code: str, cfg: SandboxConfig, language: s
     lang = language or problem.language
     if lang not in ("python", "cpp"):
         raise ValueError(f"problem {problem.id!r}: language {lang!r} is not python or cpp")
-    tests = _subset(problem, problem.tests, cfg.max_tests)
+    tests = judged_tests(problem, problem.tests, cfg.max_tests)
     if tests.harness and problem.code_prefix and lang == "python":
         prefix = problem.code_prefix
         code = prefix + ("" if prefix.endswith("\n") else "\n") + code
