@@ -26,8 +26,7 @@ so it stays out of its group's baseline (`rlrun.rewards.reward`'s unscored rule)
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
@@ -37,7 +36,7 @@ from rlrun.engines.base import SamplingParams
 from rlrun.environments.base import Environment, Feedback
 from rlrun.records import Problem, Sample, ScoredSample, TokenReward, Turn
 from rlrun.rewards.code import JudgeFn
-from rlrun.scoring import ScoreFn
+from rlrun.scoring import ScoreFn, regroup
 
 # extend(samples, sampling) -> each sample continued (rlrun.engines.base.Engine.extend)
 ExtendFn = Callable[[list[Sample], SamplingParams], list[Sample]]
@@ -174,7 +173,7 @@ class Episodes:
                                                                 round_tokens=None))
             for t, answer in zip(going, answers, strict=True):
                 t.add(answer, t.pending)
-        return [[t.finished() for t in run] for run in _runs(everyone, map(len, groups))]
+        return [[t.finished() for t in run] for run in regroup(everyone, map(len, groups))]
 
     def _feedback(self, active: list[Trajectory]) -> list[Feedback]:
         """Every active trajectory's environment answers its latest turn; the sandbox runs
@@ -186,7 +185,7 @@ class Episodes:
                                "has no sandbox (it starts one only for data with code problems)")
         results = self.judge(flat) if flat and self.judge is not None else []
         return [t.env.observe(t.turns[-1].response, got) for t, got
-                in zip(active, _runs(results, map(len, wanted)), strict=True)]
+                in zip(active, regroup(results, map(len, wanted)), strict=True)]
 
     def score(self, score: ScoreFn) -> ScoreFn:
         """`score` applied to trajectories: each final response against its environment's
@@ -211,12 +210,6 @@ class Episodes:
             return out
 
         return scored
-
-
-def _runs(items: list[Any], sizes: Iterable[int]) -> list[list[Any]]:
-    """`items` cut into consecutive runs of `sizes`."""
-    rest = iter(items)
-    return [list(itertools.islice(rest, n)) for n in sizes]
 
 
 def solved(scored: ScoredSample, component: str = "correctness") -> bool:

@@ -9,7 +9,9 @@ one call, so the judge sees the whole batch at once, and regroups the result.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from rlrun.engines.base import SamplingParams
 from rlrun.records import Problem, Sample, ScoredSample
@@ -29,8 +31,10 @@ def score_groups(score: ScoreFn, problems: list[Problem],
     flat_problems = [p for p, samples in zip(problems, groups, strict=True) for _ in samples]
     flat_samples = [s for samples in groups for s in samples]
     scored = score(flat_problems, flat_samples) if flat_samples else []
-    out, k = [], 0
-    for samples in groups:
-        out.append(scored[k : k + len(samples)])
-        k += len(samples)
-    return out
+    return regroup(scored, map(len, groups))
+
+
+def regroup(items: list[Any], sizes: Iterable[int]) -> list[list[Any]]:
+    """`items` (a flattened batch) cut back into consecutive runs of `sizes`."""
+    rest = iter(items)
+    return [list(itertools.islice(rest, n)) for n in sizes]

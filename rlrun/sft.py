@@ -23,6 +23,7 @@ from typing import Any
 from rlrun.checkpoint import absolute, is_file, join, writable
 from rlrun.config import Config, from_dict, to_dict
 from rlrun.records import Problem
+from rlrun.scoring import regroup
 
 
 @dataclass
@@ -101,10 +102,10 @@ def repair_rows(problems: list[Problem], cfg: Config, env_cls: Any, judge: Any, 
     wanted = [env.submissions(a) for env, a in zip(envs, attempts, strict=True)]
     flat = [s for subs in wanted for s in subs]
     results = judge(flat) if flat else []
-    rows, k = [], 0
-    for p, env, attempt, subs in zip(usable, envs, attempts, wanted, strict=True):
-        feedback = env.observe(attempt, results[k : k + len(subs)])
-        k += len(subs)
+    rows = []
+    for p, env, attempt, got in zip(usable, envs, attempts, regroup(results, map(len, wanted)),
+                                    strict=True):
+        feedback = env.observe(attempt, got)
         if not feedback.done:
             rows.append({"prompt": render(p) + attempt + frame(feedback.observation),
                          "completion": reference_completion(p)})

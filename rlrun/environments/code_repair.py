@@ -165,12 +165,11 @@ class CodeRepair:
 
     def _case(self, index: int, chars: int) -> list[str]:
         """The input and expected output of the `index`-th test a submission runs."""
-        shown = self.visible
-        if shown.stdio:
-            test = shown.stdio[index]
+        if self.visible.stdio:
+            test = self.visible.stdio[index]
             return ["Input:", _cut(test.input, chars), "Expected output:",
                     _cut(test.output, chars)]
-        call = shown.calls[index]
-        name = shown.fn_name or "the function"
+        call = self.visible.calls[index]
+        name = self.visible.fn_name or "the function"
         return [f"Call: {name}(*{_cut(repr(call.args), chars)})", "Expected:",
                 _cut(repr(call.expected), chars)]
