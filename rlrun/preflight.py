@@ -102,13 +102,15 @@ def check_memory(cfg: Config, resources: Iterable[str]) -> None:
         raise ConfigError(f"{problems[0]} (rlrun plan shows every role)")
 
 
-def environment(cfg: Config, problems: list[Problem]) -> type[Environment] | None:
-    """The environment class `env.name` names (None: single-turn), loaded and made once for
-    every problem, so a plug-in that cannot load and a problem it cannot be made for (a
-    code-repair problem with too few tests to split) fail before Ray starts."""
-    if not cfg.env.name:
-        return None
-    env_cls = load_environment(cfg.env.name)
+def environment(cfg: Config) -> type[Environment] | None:
+    """The environment class `env.name` names (None: single-turn), imported and its signature
+    checked: a plug-in that cannot load fails before any data or model is read."""
+    return load_environment(cfg.env.name) if cfg.env.name else None
+
+
+def check_environment(cfg: Config, env_cls: type[Environment], problems: list[Problem]) -> None:
+    """`env_cls` made once for every problem, so that a problem it cannot be made for (a
+    code-repair problem with too few tests to split) fails before Ray starts."""
     for problem in problems:
         try:
             env_cls(problem, cfg)
@@ -117,4 +119,3 @@ def environment(cfg: Config, problems: list[Problem]) -> type[Environment] | Non
         except Exception as err:
             raise EnvError(f"env.name={cfg.env.name}: making the environment of problem "
                            f"{problem.id} raised {type(err).__name__}: {err}") from err
-    return env_cls

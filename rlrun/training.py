@@ -105,9 +105,11 @@ class GRPORecipe:
         # their signatures checked first: one that cannot load fails before a model is read.
         preflight.check_output_dir(cfg)
         self.reward = build_reward(cfg, None)
+        env_cls = preflight.environment(cfg)
         self.train_set, self.val_set = load_from_config(cfg)
         preflight.check_sft_mix(cfg, self.train_set)
-        env_cls = preflight.environment(cfg, self.train_set + self.val_set)
+        if env_cls is not None:
+            preflight.check_environment(cfg, env_cls, self.train_set + self.val_set)
         model_path = resolve_model_path(cfg.model, model_cache_dir(), cfg.run.seed)
         observations = ObservationTokens(load_tokenizer(model_path), cfg.model.chat_template
                                          ) if env_cls is not None else None

@@ -152,18 +152,19 @@ def main(args: argparse.Namespace) -> int:
     from rlrun.engines import SamplingParams
     from rlrun.models import load_tokenizer
     from rlrun.multiturn import Episodes, ObservationTokens
-    from rlrun.preflight import environment
+    from rlrun.preflight import check_environment, environment
     from rlrun.rewards import build_reward
 
     cfg = load_config(args.config, args.overrides)
     k_list, samples = _sample_counts(args, cfg)
+    env_cls = environment(cfg)  # a plug-in that cannot load fails before the data is read
     problems = load_split(cfg, args.split, args.limit)
     baseline = ev.read_jsonl(args.baseline) if args.baseline else None
     model_path = resolve_checkpoint(args.model, cfg)
     tokenizer = load_tokenizer(model_path) if cfg.model.chat_template else None
     reward = build_reward(cfg, None)  # a plug-in that cannot load fails before Ray starts
-    env_cls = environment(cfg, problems)
     if env_cls is not None:
+        check_environment(cfg, env_cls, problems)
         observations = ObservationTokens(load_tokenizer(model_path), cfg.model.chat_template)
 
     init_ray(cfg)
