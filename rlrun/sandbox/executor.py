@@ -26,9 +26,10 @@ Requests and their replies:
   and `frame_error`. A harness test runs two children, the program's and the harness's (see
   run_harness): its result is the program's, with the harness child's under `"harness"`.
 - `{"op": "compile", "hash", "source", "argv", "time_limit_s", "memory_limit_mb",
-  "return_binary"}` -> `{"ok", "compiled", "stderr", "timed_out", "binary_b64"}`: runs the
+  "return_binary"}` -> `{"ok", "compiled", "stderr", "timed_out", "binary_hex"}`: runs the
   compiler in a child under the same isolation and keeps the binary (a memfd) under `hash`.
-- `{"op": "put_binary", "hash", "binary_b64"}` -> `{"ok"}`.
+- `{"op": "put_binary", "hash", "binary_hex"}` -> `{"ok"}`. Binaries travel as hex, which needs
+  no module (base64 would map two more shared libraries into every fork).
 - `{"op": "ping"}` -> `{"ok", "pid1"}`.
 
 The executor never receives expected outputs: stdout, return values and harness check values
@@ -52,7 +53,6 @@ and a child does little before the program runs.
 """
 
 import _random
-import base64
 import builtins
 import ctypes
 import errno
@@ -1384,7 +1384,7 @@ def op_compile(slot, req):
             data = f.read()
         store_binary(slot, key, data)
         if req.get("return_binary"):
-            reply["binary_b64"] = base64.b64encode(data).decode()
+            reply["binary_hex"] = data.hex()
     cleanup_dir(src_dir)
     return reply
 
@@ -1427,7 +1427,7 @@ def serve(rfd, wfd, reseed_random):
             elif op == "compile":
                 reply = op_compile(slot, req)
             elif op == "put_binary":
-                store_binary(slot, req["hash"], base64.b64decode(req["binary_b64"]))
+                store_binary(slot, req["hash"], bytes.fromhex(req["binary_hex"]))
                 reply = {"ok": True}
             elif op == "ping":
                 reply = {"ok": True, "pid1": slot.pid1}

@@ -19,7 +19,6 @@ for harness problems the problem's `code_prefix` (HumanEval's signature) before 
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import queue
@@ -323,7 +322,7 @@ class Judge:
         if outcome is None or not outcome.ok:
             raise ExecutorFailure(f"compiled binary {key} is no longer cached")
         reply = slot.request({"op": "put_binary", "hash": key,
-                              "binary_b64": base64.b64encode(outcome.binary).decode()}, 60.0)
+                              "binary_hex": outcome.binary.hex()}, 60.0)
         if not reply.get("ok"):
             raise ExecutorFailure(f"executor could not store the binary: {reply.get('error')}")
         slot.binaries.add(key)
@@ -357,7 +356,7 @@ class Judge:
                     slot.stop()
             else:
                 return error, None
-            binary = base64.b64decode(reply.get("binary_b64", "")) if reply["compiled"] else b""
+            binary = bytes.fromhex(reply.get("binary_hex", "")) if reply["compiled"] else b""
             outcome = CompileOutcome(bool(reply["compiled"]), reply.get("stderr", ""), binary,
                                      bool(reply.get("timed_out")))
             if outcome.ok:
