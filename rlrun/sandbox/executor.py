@@ -89,7 +89,8 @@ MAX_FRAME = 1 << 30
 MAX_FRAME_DEPTH = 320
 # Written by a child's setup code just before the program starts (see supervise).
 READY_FRAME = struct.pack(">I", len(b'{"k":"ready"}')) + b'{"k":"ready"}'
-# How long a stdio or binary test's output pipes go unread (see supervise).
+# How long the zygote waits for a one-process test to end before it reads its pipes (see
+# fork_child).
 QUIET_S = 0.005
 
 SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -994,11 +995,17 @@ class Kid:
         cleanup_dir(self.workdir)
 
 
-def fork_child(slot, start_child, args, stdin_data, peer=None):
+def fork_child(slot, start_child, args, stdin_data, peer=None, quiet_s=0.0):
     """Fork one test process with a fresh work directory, stdin from a memfd holding
     `stdin_data`, pipes for its output and result frames and, for the two processes of a
     harness test, `peer`: its ends of the pipes between them. `start_child(*args, workdir,
-    fds)` runs in the child."""
+    fds)` runs in the child.
+
+    With `quiet_s`, the zygote first waits that long for the child to exit, touching as little
+    memory as it can: a short test ends meanwhile, and the zygote then wakes once, at its exit,
+    not at each write too, and writes its own pages after the child has let go of them, so
+    they are not copied (together a sixth of the CPU time of a trivial test). A program that
+    fills a pipe (64 KiB) sooner waits at most that long to be read."""
     slot.counter += 1
     workdir = f"{slot.work_root}/t{slot.counter}"
     os.mkdir(workdir, 0o700)
@@ -1020,6 +1027,10 @@ def fork_child(slot, start_child, args, stdin_data, peer=None):
             start_child(*args, workdir, (stdin_fd, out_w, err_w, res_w, peer))
         finally:
             os._exit(127)
+    if quiet_s:
+        pidfd = os.pidfd_open(pid)
+        select.select([pidfd], (), (), quiet_s)
+        os.close(pidfd)
     for fd in (stdin_fd, out_w, err_w, res_w):
         os.close(fd)
     return Kid(pid, out_r, err_r, res_r, workdir)
@@ -1028,8 +1039,8 @@ def fork_child(slot, start_child, args, stdin_data, peer=None):
 def run_one(slot, start_child, args, stdin_data, wall_s, frames=False):
     """Fork one child for one test and supervise it (`frames`: see supervise)."""
     t0 = time.monotonic()
-    return supervise(slot, [fork_child(slot, start_child, args, stdin_data)], t0, wall_s,
-                     frames)[0]
+    kid = fork_child(slot, start_child, args, stdin_data, quiet_s=min(QUIET_S, wall_s))
+    return supervise(slot, [kid], t0, wall_s, frames)[0]
 
 
 def run_pair(slot, code, test):
@@ -1073,25 +1084,17 @@ def supervise(slot, kids, t0, wall_s, frames):
 
     Without `frames` (a stdio or binary test) the result pipe carries only our few-byte setup
     frames, so it is read once everything is dead instead of waking the zygote while the test
-    runs; whatever more a program writes there can only stall the program itself. Its stdout
-    and stderr go unread for the first QUIET_S too: a short test has ended by then, and the
-    zygote wakes once, at its exit, instead of also at its writes (a sixth of the zygote's CPU
-    time per trivial test); a program that fills a pipe (64 KiB) sooner waits at most that
-    long."""
+    runs; whatever more a program writes there can only stall the program itself."""
     bufs, caps, errs = {}, {}, set()
     poller = select.poll()
     pidfds = {}
-    held = []  # pipes not polled yet (see QUIET_S)
     for k, kid in enumerate(kids):
         bufs.update({kid.out_r: bytearray(), kid.err_r: bytearray(), kid.res_r: bytearray()})
         caps.update({kid.out_r: slot.output_limit, kid.err_r: 1 << 16,
                      kid.res_r: slot.output_limit})
         errs.add(kid.err_r)
-        if frames:
-            for fd in (kid.out_r, kid.err_r, kid.res_r):
-                poller.register(fd, select.POLLIN)
-        else:
-            held += [kid.out_r, kid.err_r]
+        for fd in (kid.out_r, kid.err_r, kid.res_r) if frames else (kid.out_r, kid.err_r):
+            poller.register(fd, select.POLLIN)
         pidfd = os.pidfd_open(kid.pid)
         pidfds[pidfd] = k
         poller.register(pidfd, select.POLLIN)
@@ -1105,13 +1108,8 @@ def supervise(slot, kids, t0, wall_s, frames):
     # get a short grace to close.
     until = t0 + wall_s
     timed_out = exceeded = ended = False
-    quiet_until = t0 + QUIET_S
     try:
         while (open_pipes or not ended) and not exceeded:
-            if held and (not alive or time.monotonic() >= quiet_until):
-                for fd in held:
-                    poller.register(fd, select.POLLIN)
-                held = []
             if not ended and not alive:
                 killed = [False] * len(kids)
                 kill_rest(slot, pids)
@@ -1126,8 +1124,6 @@ def supervise(slot, kids, t0, wall_s, frames):
                 kill_rest(slot, pids)
                 ended, until = True, time.monotonic() + 0.2
                 continue
-            if held:
-                left = max(0.0, min(left, quiet_until - time.monotonic()))
             # Pipes are blocking: poll only reports one with data or at EOF, so a read returns.
             for fd, _ in poller.poll(int(left * 1000) + 1):
                 if fd in pidfds:

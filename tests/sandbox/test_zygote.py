@@ -62,9 +62,9 @@ def test_a_stdio_test_that_floods_its_result_pipe_only_stalls_itself(judge) -> N
 
 
 def test_output_that_fills_a_pipe_before_the_zygote_reads_it_arrives_whole(judge) -> None:
-    # A stdio test's stdout and stderr go unread for its first few milliseconds (QUIET_S in
-    # the executor): a program that fills both pipes sooner waits for the zygote, then is read
-    # to its end.
+    # The zygote waits a few milliseconds for a one-process test to end before it reads its
+    # pipes (QUIET_S in the executor): a program that fills both sooner waits for the zygote,
+    # then is read to its end.
     code = ("import sys\nsys.stderr.write('e' * (1 << 17))\n"
             "sys.stdout.write('x' * (1 << 20) + '\\n')\n")
     (res,) = judge.judge([stdio_sub(code, [("", "x" * (1 << 20) + "\n")] * 2)])
