@@ -38,13 +38,17 @@ def source_key(source: str, argv: list[str]) -> str:
 
 
 class CompileCache:
-    """Thread-safe LRU of compile outcomes, with one compile in flight per key."""
+    """Thread-safe LRU of compile outcomes, with one compile in flight per key. It keeps at most
+    `capacity` outcomes and `max_bytes` of binaries (a program with a large initialised array
+    compiles to tens of MB), but always the newest."""
 
-    def __init__(self, capacity: int = 256) -> None:
+    def __init__(self, capacity: int = 256, max_bytes: int = 1 << 30) -> None:
         self._items: OrderedDict[str, CompileOutcome] = OrderedDict()
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self.capacity = capacity
+        self.max_bytes = max_bytes
+        self._bytes = 0
 
     def get(self, key: str) -> CompileOutcome | None:
         with self._guard:
@@ -55,10 +59,12 @@ class CompileCache:
 
     def put(self, key: str, outcome: CompileOutcome) -> None:
         with self._guard:
+            old = self._items.pop(key, None)
+            self._bytes += len(outcome.binary) - (len(old.binary) if old else 0)
             self._items[key] = outcome
-            self._items.move_to_end(key)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
+            while len(self._items) > 1 and (len(self._items) > self.capacity
+                                            or self._bytes > self.max_bytes):
+                self._bytes -= len(self._items.popitem(last=False)[1].binary)
 
     def lock(self, key: str) -> threading.Lock:
         """The lock held while `key` is being compiled, so other slots wait for that compile."""

@@ -89,6 +89,10 @@ MAX_FRAME = 1 << 30
 MAX_FRAME_DEPTH = 320
 # Written by a child's setup code just before the program starts (see supervise).
 READY_FRAME = struct.pack(">I", len(b'{"k":"ready"}')) + b'{"k":"ready"}'
+# Compiled binaries a slot keeps, in memfds that hold their memory while kept: a program with
+# a large initialised array compiles to tens of MB.
+MAX_BINARIES = 64
+MAX_BINARY_BYTES = 256 << 20
 # How long the zygote waits for a one-process test to end before it reads its pipes (see
 # fork_child).
 QUIET_S = 0.005
@@ -1400,7 +1404,10 @@ def store_binary(slot, key, data):
     if old is not None:
         os.close(old)
     slot.binaries[key] = fd
-    while len(slot.binaries) > 64:
+    # The newest always stays: the judge stores a binary just before running it.
+    while len(slot.binaries) > 1 and (
+            len(slot.binaries) > MAX_BINARIES
+            or sum(os.fstat(f).st_size for f in slot.binaries.values()) > MAX_BINARY_BYTES):
         os.close(slot.binaries.pop(next(iter(slot.binaries))))
 
 

@@ -114,3 +114,18 @@ def test_update_in_place_keeps_the_callers_objects() -> None:
     assert executor.update_in_place(shrunk, [4]) is shrunk and shrunk == [4]
     assert executor.update_in_place({"a": 1}, {"b": 2}) == {"b": 2}
     assert executor.update_in_place(1, 2) == 2
+
+
+def test_a_slot_keeps_binaries_within_its_byte_budget_and_always_the_newest(monkeypatch) -> None:
+    monkeypatch.setattr(executor, "MAX_BINARY_BYTES", 1000)
+    slot = executor.Slot(lambda: None)
+    try:
+        for key in "abc":
+            executor.store_binary(slot, key, b"\x7f" * 400)
+        assert list(slot.binaries) == ["b", "c"]
+        executor.store_binary(slot, "big", b"\x7f" * 5000)
+        assert list(slot.binaries) == ["big"]
+        assert os.pread(slot.binaries["big"], 5000, 0) == b"\x7f" * 5000
+    finally:
+        for fd in slot.binaries.values():
+            os.close(fd)
