@@ -146,19 +146,23 @@ def code_problems(n: int, seed: int) -> list[Problem]:
             reference = "n = int(input()); print(n * n)"
             values = [rng.randint(0, 50) for _ in range(cases)]
             tests = [StdioTest(f"{v}\n", str(v * v)) for v in values]
-        problems.append(
-            Problem(
-                id=f"toy-code-{i}",
-                prompt=f"{rng.choice(_NAMES)} asks: {statement}",
-                kind="code",
-                tests=Tests(stdio=tests),
-                language="python",
-                time_limit_s=2.0,
-                reference=reference,
-                meta={"source": "toy:code", "template": name},
-            )
-        )
+        problems.append(_code_problem(rng, "code", i, statement, tests, reference, name))
     return problems
+
+
+def _code_problem(rng: random.Random, kind: str, i: int, statement: str, tests: list[StdioTest],
+                  reference: str, template: str) -> Problem:
+    """Problem `i` of `toy:<kind>`, its statement asked by one of `_NAMES` (drawn from `rng`)."""
+    return Problem(
+        id=f"toy-{kind}-{i}",
+        prompt=f"{rng.choice(_NAMES)} asks: {statement}",
+        kind="code",
+        tests=Tests(stdio=tests),
+        language="python",
+        time_limit_s=2.0,
+        reference=reference,
+        meta={"source": f"toy:{kind}", "template": template},
+    )
 
 
 # (name, expected output from the line, reference program): the repair tasks' hidden changes
@@ -167,6 +171,7 @@ _REPAIR_CHANGES: list[tuple[str, Callable[[str], str], str]] = [
     ("reverse", lambda s: s[::-1], "print(input()[::-1])"),
     ("double", lambda s: s + s, "s = input(); print(s + s)"),
 ]
+_REPAIR_STATEMENT = "Read a line and print it changed the way the tests show."
 
 
 def repair_problems(n: int, seed: int) -> list[Problem]:
@@ -181,19 +186,8 @@ def repair_problems(n: int, seed: int) -> list[Problem]:
     for i in range(n):
         name, change, reference = rng.choice(_REPAIR_CHANGES)
         words = [_word(rng) for _ in range(4)]
-        problems.append(
-            Problem(
-                id=f"toy-repair-{i}",
-                prompt=f"{rng.choice(_NAMES)} asks: Read a line and print it changed the way "
-                "the tests show.",
-                kind="code",
-                tests=Tests(stdio=[StdioTest(f"{w}\n", change(w)) for w in words]),
-                language="python",
-                time_limit_s=2.0,
-                reference=reference,
-                meta={"source": "toy:repair", "template": name},
-            )
-        )
+        tests = [StdioTest(f"{w}\n", change(w)) for w in words]
+        problems.append(_code_problem(rng, "repair", i, _REPAIR_STATEMENT, tests, reference, name))
     return problems
 
 
