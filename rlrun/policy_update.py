@@ -235,7 +235,7 @@ def response_logprobs(
     targets = batch.response_ids.reshape(-1)  # [N*L]
     inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask,
               "position_ids": batch.position_ids}
-    head = _output_head(model)
+    head = getattr(model, "module", model).get_output_embeddings()  # through DDP and PEFT
     full_bytes = batch.input_ids.numel() * head.out_features * head.weight.element_size()
     if full_bytes <= _FULL_LOGITS_BYTES:
         logits = model(**inputs).logits  # [R, T, V]
@@ -250,11 +250,6 @@ def response_logprobs(
         return logp.view(shape) * batch.mask, None
     entropy = entropy.view(shape)  # [N, L]
     return logp.view(shape) * batch.mask, entropy if entropy_grad else entropy.detach()
-
-
-def _output_head(model: torch.nn.Module) -> torch.nn.Linear:
-    """The output layer (lm_head) of a causal LM, through DDP and PEFT wrappers."""
-    return getattr(model, "module", model).get_output_embeddings()
 
 
 @contextlib.contextmanager
