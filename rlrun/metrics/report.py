@@ -88,7 +88,8 @@ def _sample_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return [
         [r["step"], _esc(r["problem_id"]), float(r["reward"]),
          f"<pre>{_esc(_clip(r['prompt']))}</pre>", f"<pre>{_response_html(r)}</pre>",
-         _esc(", ".join(f"{k}={_number(v)}" for k, v in (r.get("components") or {}).items()))
+         _esc(", ".join(f"{k}={'none' if v is None else format(v, '.3g')}"
+                        for k, v in (r.get("components") or {}).items()))
          + _steps_summary(r.get("steps"))]
         for r in rows
     ]
@@ -118,10 +119,6 @@ def _steps_summary(steps: list[dict[str, Any]] | None) -> str:
     where = f", first wrong: step {first + 1}" if first is not None else ""
     return (f"<br>steps: {len(steps)}, {counts['correct']} correct, {counts['wrong']} "
             f"wrong{where}")
-
-
-def _number(value: float | None) -> str:
-    return "none" if value is None else f"{value:.3g}"
 
 
 def pick_samples(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
