@@ -268,28 +268,19 @@ def _claims(text: str, start: int, end: int, source: str) -> list[Claim]:
     toks = _tokenize(text, start, end)
     claims = []
     for k in (k for k, t in enumerate(toks) if t.kind == "eq"):
-        left, right = _run_before(toks, k), _run_after(toks, k)
-        if left and right and (claim := _check(text, toks, left, right, source)):
+        # The runs of arithmetic tokens toks[i:k] and toks[k + 1:j] on either side of the "=".
+        i, j = k, k + 1
+        while i > 0 and _arith(toks[i - 1]):
+            i -= 1
+        while j < len(toks) and _arith(toks[j]):
+            j += 1
+        if i < k and j > k + 1 and (claim := _check(text, toks, (i, k), (k + 1, j), source)):
             claims.append(claim)
     return claims
 
 
 def _arith(t: _Tok) -> bool:
     return t.kind in ("num", "op", "bad")
-
-
-def _run_before(toks: list[_Tok], k: int) -> tuple[int, int] | None:
-    j = k
-    while j > 0 and _arith(toks[j - 1]):
-        j -= 1
-    return (j, k) if j < k else None
-
-
-def _run_after(toks: list[_Tok], k: int) -> tuple[int, int] | None:
-    j = k + 1
-    while j < len(toks) and _arith(toks[j]):
-        j += 1
-    return (k + 1, j) if j > k + 1 else None
 
 
 def _computes(toks: list[_Tok]) -> bool:
@@ -310,9 +301,9 @@ def _check(
     try:
         _guard_start(toks, left[0])
         _guard_end(toks, right[1])
-        holds = _equal(lhs, rhs)
+        holds: bool | None = _equal(lhs, rhs)
     except Uncheckable:
-        return Claim(written, None, source, value_span)
+        holds = None
     return Claim(written, holds, source, value_span)
 
 
