@@ -101,13 +101,10 @@ class Reward:
                 )
         needs_builtin = any(t.fn is None for t in self.terms)
         builtin = self.correctness(problems, samples) if needs_builtin else None
-        columns: dict[str, list[float | None]] = {}
-        for t in self.terms:
-            if t.fn is None:
-                assert builtin is not None
-                columns[t.name] = [c.score for c in builtin]
-            else:
-                columns[t.name] = t.fn(problems, samples)
+        columns: dict[str, list[float | None]] = {
+            t.name: [c.score for c in builtin or []] if t.fn is None else t.fn(problems, samples)
+            for t in self.terms
+        }
         out: list[Evaluation] = []
         for i, (problem, sample) in enumerate(zip(problems, samples, strict=True)):
             components: dict[str, float | None] = {t.name: columns[t.name][i] for t in self.terms}
