@@ -138,11 +138,6 @@ def _sample_counts(args: argparse.Namespace, cfg: Config) -> tuple[list[int], in
     return k_list, samples
 
 
-def _correctness_name(cfg: Config) -> str:
-    """The reward component that says right or wrong: the builtin term, whatever it is named."""
-    return next((f.name for f in cfg.reward.fns if f.fn == "builtin"), "correctness")
-
-
 def main(args: argparse.Namespace) -> int:
     from actors.placement import init_ray, place, release
     from actors.rollout import RolloutGroup
@@ -174,6 +169,8 @@ def main(args: argparse.Namespace) -> int:
     pool = RolloutGroup(cfg, model_path, groups["rollout"], prefix)
     sandbox = SandboxPool(cfg.sandbox, prefix, groups.get("sandbox")) if code else None
     judge = sandbox.judge if sandbox else None
+    # The component that says right or wrong: the builtin term, whatever it is named.
+    correct = next((f.name for f in cfg.reward.fns if f.fn == "builtin"), "correctness")
     score = reward.using(judge=judge).score
     # With env.name, every attempt is a multi-turn episode, reported after each turn too.
     episodes = None
@@ -192,7 +189,7 @@ def main(args: argparse.Namespace) -> int:
             render=lambda p: render_prompt(p, cfg.data, tokenizer, chat=cfg.model.chat_template),
             batch_size=max(1, cfg.rollout.batch_size * cfg.rollout.num_actors),
             progress=cfg.metrics.progress,
-            correct_component=_correctness_name(cfg),
+            correct_component=correct,
             episodes=episodes,
         )
     finally:
