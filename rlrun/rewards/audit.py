@@ -38,9 +38,7 @@ def math_reference(problem: Problem, mode: str) -> str | None:
     """The completion an audit treats as correct for a math problem; None without an answer."""
     if problem.reference:
         return problem.reference
-    if problem.answer is None:
-        return None
-    return written_answer(problem.answer, mode)
+    return None if problem.answer is None else written_answer(problem.answer, mode)
 
 
 def written_answer(answer: str, mode: str) -> str:
