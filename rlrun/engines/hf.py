@@ -165,7 +165,7 @@ class HFEngine:
         else:
             generator.manual_seed(sampling.seed)
 
-        done: list[Sample | None] = [None] * len(samples)
+        done: dict[int, Sample] = {}
         with self._lock, torch.inference_mode():
             if self._asleep:
                 raise RuntimeError(f"generate while asleep ({', '.join(sorted(self._asleep))})"
@@ -173,9 +173,8 @@ class HFEngine:
             for start in range(0, len(order), self.batch_size):
                 batch = order[start : start + self.batch_size]
                 outs = self._generate_batch([samples[r] for r in batch], sampling, generator)
-                for r, out in zip(batch, outs, strict=True):
-                    done[r] = out
-        return [s for s in done if s is not None]
+                done.update(zip(batch, outs, strict=True))
+        return [done[r] for r in range(len(samples))]
 
     def _generate_batch(
         self, rows: list[Sample], sampling: SamplingParams, generator: torch.Generator
