@@ -151,13 +151,11 @@ def last_tokens(ids: list[int], ends: list[int], decode: Callable[[list[int]], s
     writes the character before it: the first k with len(decode(ids[:k + 1])) >= end. `decode`
     is the engine's (skip special tokens), so it reproduces `response_text`, and the tokens stay
     the sampled ones. A binary search per step from the previous step's token."""
+    if not ids:
+        return [-1] * len(ends)
     out, lo = [], 0
     for end in ends:
-        hi = len(ids) - 1
-        if hi < 0:
-            out.append(-1)
-            continue
-        left = min(lo, hi)
+        left, hi = lo, len(ids) - 1  # lo is a found index, so lo <= hi
         while left < hi:
             mid = (left + hi) // 2
             if len(decode(ids[: mid + 1])) >= end:
