@@ -65,7 +65,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[list[str], dict[str, str]]]:
                              capture_output=True).returncode != 0:
             assert head.poll() is None, "ray start --head exited"
             assert time.monotonic() < deadline, "the head's dashboard did not come up"
-            time.sleep(1)
+            time.sleep(0.2)
         yield run, env
     finally:
         head.terminate()  # --block stops this node's processes
@@ -116,7 +116,7 @@ def test_ray_job_stop_checkpoints_leaves_nothing_behind_and_a_resubmit_resumes(
     deadline = time.monotonic() + 300
     while "step=1 " not in ray_cli(run, env, "job", "logs", *api, "rl-stop"):
         assert time.monotonic() < deadline, "the job logged no step within 300 s"
-        time.sleep(2)
+        time.sleep(0.5)
     ray_cli(run, env, "job", "stop", *api, "rl-stop")  # waits until the job has stopped
     logs = ray_cli(run, env, "job", "logs", *api, "rl-stop")
     assert "(stopped by SIGTERM)" in logs, logs[-3000:]
@@ -133,7 +133,7 @@ def test_ray_job_stop_checkpoints_leaves_nothing_behind_and_a_resubmit_resumes(
                 and "rlrun" not in groups and "demo-" not in groups:
             break
         assert time.monotonic() < deadline, (actors, groups)
-        time.sleep(2)
+        time.sleep(0.5)
     # A file of the working directory edited before the resubmit: Ray uploads a new copy of
     # it, under another name, and the run still finds its checkpoint.
     edited = REPO / f"resubmit-edit-{secrets.token_hex(3)}.txt"
