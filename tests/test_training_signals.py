@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -103,7 +102,8 @@ def test_sigterm_during_the_sft_warm_start_ends_the_run_at_once_in_one_line(
         "sft.target_accuracy=1.0", "trainer.eval_samples=2",
     ], env)
     lines = read_until(proc, "rlrun train: supervised warm-start")
-    time.sleep(10)  # into the SFT steps (100000 of them: it is still there)
+    # Into the SFT steps (100000 of them: it is still there): the first one's held-out line.
+    lines += read_until(proc, "sft step=1 ")
     proc.send_signal(signal.SIGTERM)
     lines += proc.stdout.readlines()
     assert proc.wait() == 128 + signal.SIGTERM, "".join(lines[-40:])
