@@ -48,7 +48,6 @@ class CompileCache:
         self._guard = threading.Lock()
         self.capacity = capacity
         self.max_bytes = max_bytes
-        self._bytes = 0
 
     def get(self, key: str) -> CompileOutcome | None:
         with self._guard:
@@ -59,12 +58,12 @@ class CompileCache:
 
     def put(self, key: str, outcome: CompileOutcome) -> None:
         with self._guard:
-            old = self._items.pop(key, None)
-            self._bytes += len(outcome.binary) - (len(old.binary) if old else 0)
             self._items[key] = outcome
+            self._items.move_to_end(key)
+            size = sum(len(o.binary) for o in self._items.values())
             while len(self._items) > 1 and (len(self._items) > self.capacity
-                                            or self._bytes > self.max_bytes):
-                self._bytes -= len(self._items.popitem(last=False)[1].binary)
+                                            or size > self.max_bytes):
+                size -= len(self._items.popitem(last=False)[1].binary)
 
     def lock(self, key: str) -> threading.Lock:
         """The lock held while `key` is being compiled, so other slots wait for that compile."""

@@ -984,17 +984,18 @@ def child_exec(slot, program, argv, limits, use_seccomp, workdir, fds):
 # The zygote side of one test.
 
 class Kid:
-    """A forked test process as the zygote tracks it: its pid, the read ends of its stdout,
-    stderr and result pipes, and its work directory."""
+    """A forked test process as the zygote tracks it: its pid and pidfd, the read ends of its
+    stdout, stderr and result pipes, and its work directory."""
 
-    __slots__ = ("pid", "out_r", "err_r", "res_r", "workdir")
+    __slots__ = ("pid", "pidfd", "out_r", "err_r", "res_r", "workdir")
 
-    def __init__(self, pid, out_r, err_r, res_r, workdir):
-        self.pid, self.out_r, self.err_r, self.res_r = pid, out_r, err_r, res_r
+    def __init__(self, pid, pidfd, out_r, err_r, res_r, workdir):
+        self.pid, self.pidfd = pid, pidfd
+        self.out_r, self.err_r, self.res_r = out_r, err_r, res_r
         self.workdir = workdir
 
     def close(self):
-        for fd in (self.out_r, self.err_r, self.res_r):
+        for fd in (self.pidfd, self.out_r, self.err_r, self.res_r):
             os.close(fd)
         cleanup_dir(self.workdir)
 
@@ -1031,13 +1032,12 @@ def fork_child(slot, start_child, args, stdin_data, peer=None, quiet_s=0.0):
             start_child(*args, workdir, (stdin_fd, out_w, err_w, res_w, peer))
         finally:
             os._exit(127)
+    pidfd = os.pidfd_open(pid)
     if quiet_s:
-        pidfd = os.pidfd_open(pid)
         select.select([pidfd], (), (), quiet_s)
-        os.close(pidfd)
     for fd in (stdin_fd, out_w, err_w, res_w):
         os.close(fd)
-    return Kid(pid, out_r, err_r, res_r, workdir)
+    return Kid(pid, pidfd, out_r, err_r, res_r, workdir)
 
 
 def run_one(slot, start_child, args, stdin_data, wall_s, frames=False):
@@ -1099,9 +1099,8 @@ def supervise(slot, kids, t0, wall_s, frames):
         errs.add(kid.err_r)
         for fd in (kid.out_r, kid.err_r, kid.res_r) if frames else (kid.out_r, kid.err_r):
             poller.register(fd, select.POLLIN)
-        pidfd = os.pidfd_open(kid.pid)
-        pidfds[pidfd] = k
-        poller.register(pidfd, select.POLLIN)
+        pidfds[kid.pidfd] = k
+        poller.register(kid.pidfd, select.POLLIN)
     open_pipes = (3 if frames else 2) * len(kids)
     pids = [kid.pid for kid in kids]
     alive = set(range(len(kids)))  # kids whose exit has not been seen
@@ -1149,8 +1148,6 @@ def supervise(slot, kids, t0, wall_s, frames):
                 else:
                     buf += chunk
     finally:
-        for pidfd in pidfds:
-            os.close(pidfd)
         if not ended:
             killed = [running(pid) for pid in pids]
             kill_rest(slot, pids)
@@ -1405,10 +1402,12 @@ def store_binary(slot, key, data):
         os.close(old)
     slot.binaries[key] = fd
     # The newest always stays: the judge stores a binary just before running it.
-    while len(slot.binaries) > 1 and (
-            len(slot.binaries) > MAX_BINARIES
-            or sum(os.fstat(f).st_size for f in slot.binaries.values()) > MAX_BINARY_BYTES):
-        os.close(slot.binaries.pop(next(iter(slot.binaries))))
+    size = sum(os.fstat(f).st_size for f in slot.binaries.values())
+    while len(slot.binaries) > 1 and (len(slot.binaries) > MAX_BINARIES
+                                      or size > MAX_BINARY_BYTES):
+        oldest = slot.binaries.pop(next(iter(slot.binaries)))
+        size -= os.fstat(oldest).st_size
+        os.close(oldest)
 
 
 def serve(rfd, wfd, reseed_random):
