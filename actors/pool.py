@@ -196,7 +196,8 @@ class ActorPool:
 
     def call_all(self, call: Callable[[Any], Any], what: str) -> None:
         """Run `call(actor)` on every actor and wait. An actor that dies or hangs is replaced
-        instead (its replacement gets `on_restart`, which is how it catches up)."""
+        instead (its replacement gets `on_restart`, which is how it catches up); one whose call
+        fails otherwise (an argument whose owner died with its node) ends the call, named."""
         with self._lock:
             calls = {call(slot.actor): (i, slot.incarnation) for i, slot in enumerate(self._slots)}
         ready, late = ray.wait(list(calls), num_returns=len(calls), timeout=self.timeout_s)
@@ -207,6 +208,9 @@ class ActorPool:
                 log.warning("%s actor %s died during %s (%s): replacing it", self.role,
                             self._slots[calls[ref][0]].name, what, first_line(err))
                 self.replace(*calls[ref])
+            except RayError as err:
+                raise PoolError(f"{self.role} actor {self._slots[calls[ref][0]].name} failed "
+                                f"in {what}: {first_line(err)}") from err
         for ref in late:
             self._log_stall(self._slots[calls[ref][0]], what)
             self.replace(*calls[ref])

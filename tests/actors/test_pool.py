@@ -115,3 +115,22 @@ def test_given_up_items_get_a_stand_in_and_a_split_spares_their_neighbours(ray_c
         assert p.restarts == 0
     finally:
         p.shutdown()
+
+
+def test_a_call_to_every_actor_that_fails_ends_in_one_line_naming_the_actor(ray_cluster):
+    # call_all replaces an actor that dies; any other failure of the call (a weights object
+    # whose owner died with its node) must name the actor and the call, not surface as Ray's.
+    @ray.remote(num_cpus=0)
+    class Loader:
+        def load(self) -> None:
+            raise ValueError("the weights' owner is gone")
+
+    p = ActorPool(lambda slot, name: Loader.options(name=name).remote(), 2, prefix="loader",
+                  role="rollout", timeout_s=60.0, timeout_key="test.timeout_s")
+    try:
+        with pytest.raises(PoolError, match=r"^rollout actor loader-\d failed in "
+                                            r"load_weights: ValueError: the weights' owner"):
+            p.call_all(lambda actor: actor.load.remote(), "load_weights")
+        assert p.restarts == 0
+    finally:
+        p.shutdown()
