@@ -5,7 +5,7 @@ Extractors (`reward.math_extractor`, docs/rewards.md): `strict`, the last `#### 
 and a leading `+` after `####` are also accepted); `flexible`, the last number in those 300
 characters; `boxed`, the content of the last `\\boxed{...}` (nested braces allowed);
 `math_verify`, LaTeX equivalence through the `math-verify` package, run in a separate process
-with a hard kill at the timeout.
+with a hard kill at the timeout and a bound on its memory.
 
 `strict`, `flexible` and `boxed` compare numbers after `normalize_number` (commas, `$`, unit
 words after the number, trailing `.`, leading `+`, `-0` == `0`, `1,000.00` == `1000`); a
@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import re
+import resource
 import threading
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -27,6 +29,12 @@ MODES = CHOICES["reward.math_extractor"]
 
 # veRL's gsm8k.py looks only at the tail of a completion; keeping that makes strict scores match.
 CLIP_CHARS = 300
+
+# Address space the math-verify process may take beyond what it holds once imported. An answer
+# like `2^{2^{33}}` makes sympy build a number of a billion digits: about 400 MB within a 5 s
+# timeout, gigabytes with a longer one, in every process that checks math. Real answers need a
+# few MB; over the bound the check fails with MemoryError, a wrong answer.
+VERIFY_MEMORY_BYTES = 512 << 20
 
 _STRICT = re.compile(r"#### *\$? *(\+?\-?\$?[0-9\.\,]+)")
 # A number: digit groups with thousands commas or plain digits, an optional decimal part. A sign
@@ -159,6 +167,9 @@ def _verify_loop(conn: Connection) -> None:
     # Timeouts are the parent's job (a hard kill), so math-verify's signal alarms are off and
     # its warning about that is noise.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
+    with open("/proc/self/statm") as f:
+        limit = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE") + VERIFY_MEMORY_BYTES
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     while True:
         try:
             text, gold = conn.recv()
@@ -170,7 +181,7 @@ def _verify_loop(conn: Connection) -> None:
             ok = bool(gold_parsed and pred and verify(gold_parsed, pred, timeout_seconds=None))
             extracted = str(pred[-1]) if pred else None
             conn.send((ok, extracted))
-        except Exception as err:  # a parser crash on odd input is a wrong answer, not a hang
+        except Exception as err:  # a parser crash or MemoryError is a wrong answer, not a hang
             conn.send((False, f"error: {type(err).__name__}"))
 
 

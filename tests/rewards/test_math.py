@@ -206,6 +206,15 @@ def test_math_verify_pathological_expression_is_killed_at_the_timeout_and_recove
     assert math_correct("$\\boxed{4}$", "4", "math_verify", 10.0)
 
 
+@pytest.mark.slow
+def test_math_verify_answer_that_needs_gigabytes_fails_at_the_memory_bound_not_the_timeout():
+    # sympy builds 2^(2^33) digit by digit: without a bound the process passes 1.5 GB within
+    # 30 s and is only stopped by the timeout; with it, a MemoryError ends the check first.
+    res = check_answer("$\\boxed{2^{2^{33}}}$", "1", "math_verify", 120.0)
+    assert not res.timed_out and not res.correct
+    assert math_correct("$\\boxed{4}$", "4", "math_verify", 10.0)
+
+
 def _gsm8k_rows():
     with open(FIXTURES / "gsm8k_test_subset.jsonl") as f:
         return [json.loads(line) for line in f]
