@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -221,8 +222,14 @@ def test_a_judge_killed_outright_leaves_no_container_behind():
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        started = _running(_started_by(proc.pid))
-        assert len(started) == 1
+        names = _started_by(proc.pid)
+        assert len(names) == 1, f"`docker run` clients of the judge's process: {names}"
+        # `docker ps` can lag the container's start on a loaded daemon.
+        deadline = time.monotonic() + 30
+        while not (started := _running(names)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert started == names, subprocess.run(["docker", "ps", "-a"], capture_output=True,
+                                                text=True).stdout
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         # Nothing of the judge is left to stop it: the container must end by itself.
