@@ -1,4 +1,5 @@
-"""A run killed mid-way resumes from its checkpoint and sees the same data order; SIGTERM saves.
+"""A run killed mid-way resumes from its checkpoint and sees the same data order (a SIGTERM's
+checkpoint: tests/test_training_signals.py).
 
 Each run is a separate `rlrun train` process with its own local Ray, as a user would run it.
 """
@@ -113,22 +114,3 @@ def test_resume_after_kill_reproduces_the_data_order(tmp_path, recipe, env, extr
     if extra:  # every trajectory trained on went through the environment
         with open(out / "samples.jsonl") as f:
             assert all(json.loads(line)["turns"] for line in f)
-
-
-def test_sigterm_finishes_the_step_and_saves_a_checkpoint(tmp_path, recipe, env):
-    out = tmp_path / "run"
-    overrides = small_overrides(out, steps=50) + ["trainer.checkpoint_every=0"]
-    proc = start(recipe, overrides, env)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if line.startswith("step=0 "):
-            proc.send_signal(signal.SIGTERM)
-            break
-    lines += proc.stdout.readlines()
-    assert proc.wait() == 0, "".join(lines[-50:])
-    assert any("stopped by SIGTERM" in line for line in lines)
-    saved = sorted((out / LEARNER_DIR).glob("step_*"))
-    assert len(saved) == 1
-    state = load_state(saved[0])
-    assert 1 <= state.step < 50 and state.data_position == 2 * state.step

@@ -89,8 +89,12 @@ def test_sigterm_to_the_process_group_still_checkpoints(tmp_path, env, recipe):
     lines += proc.stdout.readlines()
     assert proc.wait() == 0, "".join(lines[-40:])
     assert any("stopped by SIGTERM" in line for line in lines)
-    state = load_state(latest_checkpoint(str(out)))
-    assert 1 <= state.step < 50 and train_steps(out) == list(range(state.step))
+    # The step in flight finished and is the one checkpoint (checkpoint_every=0).
+    saved = sorted((out / LEARNER_DIR).glob("step_*"))
+    assert len(saved) == 1
+    state = load_state(saved[0])
+    assert 1 <= state.step < 50 and state.data_position == 2 * state.step
+    assert train_steps(out) == list(range(state.step))
 
 
 def test_sigterm_during_the_sft_warm_start_ends_the_run_at_once_in_one_line(
