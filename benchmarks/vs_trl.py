@@ -439,7 +439,11 @@ def main(argv: list[str] | None = None) -> int:
                           f"samples/s over {rl['train_s']:.1f}s", flush=True)
                 per_variant[i].append(rl)
     finally:
-        ray.shutdown()
+        # A full run times the learner steps below on a fresh Ray, which
+        # alternate_learner_steps starts; a smoke run times nothing and keeps this one rather
+        # than pay for a second start (Ray shuts itself down at exit if a step fails first).
+        if not args.smoke:
+            ray.shutdown()
     torch.set_num_threads(torch_threads(cfg.learner.num_threads, cfg.learner.num_cpus))
     learner_steps = alternate_learner_steps(cfg, start, train, rounds=1 if args.smoke else 10)
     torch.set_num_threads(threads)
