@@ -144,37 +144,13 @@ def base_env(tmp_path: Path) -> dict[str, str]:
 
 
 def actors_on(host: Host) -> set[str]:
-    """The actor classes whose workers ran on `host`, from its Ray session's worker logs."""
+    """The actor classes whose workers ran on `host` in its latest Ray session, from that
+    session's worker logs (session directories are named by their start time)."""
+    session = sorted(host.ray_tmp.glob("session_2*"))[-1]
     found: set[str] = set()
-    for log in host.ray_tmp.glob("session_*/logs/worker-*.out"):
+    for log in session.glob("logs/worker-*.out"):
         found |= set(re.findall(r":actor_name:(\w+)", log.read_text(errors="replace")))
     return found
-
-
-def test_two_hosts_form_a_cluster_train_across_both_and_exit_zero(hosts, tmp_path):
-    env = base_env(tmp_path)
-    logs = [tmp_path / f"{h.name}.log" for h in hosts]
-    # The worker first: it retries until the head is up, as when its instance starts first.
-    pinned = ["rollout.node_group=trainers", "sandbox.node_group=judges"]
-    procs = [start(h, ["--wait-for-workers-s", "180", "--", *train(2, 1), *pinned], env, log)
-             for h, log in zip(reversed(hosts), reversed(logs), strict=True)]
-    codes = [p.wait(timeout=900) for p in reversed(procs)]
-    texts = {h.name: log.read_text() for h, log in zip(hosts, logs, strict=True)}
-    for h in hosts:
-        assert not (h.root / "output" / "failure").exists(), texts[h.name][-3000:]
-    assert codes == [0, 0], {name: text[-3000:] for name, text in texts.items()}
-    assert "all 2 hosts joined the Ray cluster" in texts["algo-1"]
-    assert "done: 2 steps" in texts["algo-1"]
-    assert "the Ray head on algo-1 has ended" in texts["algo-2"]
-    head = hosts[0].root
-    assert (head / "checkpoints" / "learner" / "step_000002" / "model").is_dir()
-    assert (head / "model" / "config.json").is_file()
-    where = {h.name: actors_on(h) for h in hosts}
-    # Two learner ranks cannot share a node; the rollout and sandbox actors go to the instance
-    # groups config pinned them to.
-    assert all("LearnerWorker" in on for on in where.values()), where
-    assert "RolloutActor" in where["algo-1"] and "RolloutActor" not in where["algo-2"], where
-    assert "SandboxActor" in where["algo-2"] and "SandboxActor" not in where["algo-1"], where
 
 
 def test_a_worker_that_never_comes_up_fails_the_head_naming_it(hosts, tmp_path):
@@ -216,7 +192,11 @@ def wait_for_line(log: Path, text: str, proc: subprocess.Popen, timeout_s: float
         time.sleep(1)
 
 
-def test_sigterm_to_the_head_checkpoints_and_exits_and_a_second_start_resumes(hosts, tmp_path):
+def test_sigterm_to_the_head_checkpoints_and_a_second_start_trains_across_both_hosts(
+    hosts, tmp_path
+):
+    """SIGTERM to every host checkpoints and exits 0; the next start forms the two-host cluster
+    again, resumes, trains across both nodes and exits 0."""
     from rlrun.checkpoint import latest_checkpoint
 
     env = base_env(tmp_path)
@@ -240,15 +220,31 @@ def test_sigterm_to_the_head_checkpoints_and_exits_and_a_second_start_resumes(ho
     step = int(Path(saved).name.removeprefix("step_"))
     assert 2 <= step < 50
 
-    # The next job (a spot retry) finds the checkpoint and goes on from it.
+    # The next job (a spot retry) finds the checkpoint and goes on from it. The worker starts
+    # first: it retries until the head is up, as when its instance starts first. The rollout
+    # and sandbox actors are pinned to the instance groups, one on each host.
     logs = [tmp_path / f"{h.name}-again.log" for h in hosts]
-    procs = [start(h, ["--wait-for-workers-s", "180", "--", *train(step + 1, 100)], env, log)
-             for h, log in zip(hosts, logs, strict=True)]
-    codes = [p.wait(timeout=900) for p in procs]
-    text = logs[0].read_text()
-    assert codes == [0, 0], text[-3000:]
-    assert "run.resume=true" in text and f"done: {step + 1} steps" in text
+    pinned = ["rollout.node_group=trainers", "sandbox.node_group=judges"]
+    procs = [start(h, ["--wait-for-workers-s", "180", "--", *train(step + 1, 100), *pinned],
+                   env, log)
+             for h, log in zip(reversed(hosts), reversed(logs), strict=True)]
+    codes = [p.wait(timeout=900) for p in reversed(procs)]
+    texts = {h.name: log.read_text() for h, log in zip(hosts, logs, strict=True)}
+    for h in hosts:
+        assert not (h.root / "output" / "failure").exists(), texts[h.name][-3000:]
+    assert codes == [0, 0], {name: text[-3000:] for name, text in texts.items()}
+    assert "all 2 hosts joined the Ray cluster" in texts["algo-1"]
+    assert "run.resume=true" in texts["algo-1"]
+    assert f"done: {step + 1} steps" in texts["algo-1"]
+    assert "the Ray head on algo-1 has ended" in texts["algo-2"]
+    assert (head / "checkpoints" / "learner" / f"step_{step + 1:06d}" / "model").is_dir()
     assert (head / "model" / "config.json").is_file()
+    where = {h.name: actors_on(h) for h in hosts}
+    # Two learner ranks cannot share a node; the rollout and sandbox actors go to the instance
+    # groups config pinned them to.
+    assert all("LearnerWorker" in on for on in where.values()), where
+    assert "RolloutActor" in where["algo-1"] and "RolloutActor" not in where["algo-2"], where
+    assert "SandboxActor" in where["algo-2"] and "SandboxActor" not in where["algo-1"], where
 
 
 def test_a_worker_whose_ray_node_dies_fails_and_so_does_the_head(hosts, tmp_path):
