@@ -39,15 +39,18 @@ SHORT = [
 ]
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[list[str], dict[str, str]]]:
-    """A token-authenticated Ray head in its own namespace; the prefix that runs a command
-    there, and the environment that command needs."""
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """A token-authenticated Ray head in its own namespace, shared by the module's tests (each
+    leaves nothing running on it); the prefix that runs a command there, and the environment
+    that command needs."""
     ns = f"rljob{secrets.token_hex(3)}"
     ray_tmp = tempfile.mkdtemp(prefix=f"{ns}-", dir="/tmp")
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", RAY_AUTH_MODE="token",
                RAY_AUTH_TOKEN=secrets.token_hex(16), PYTHONPATH=str(REPO),
-               RLRUN_CACHE=str(tmp_path / "models"))
+               RLRUN_CACHE=str(tmp_path_factory.mktemp("models")))
     subprocess.run(["ip", "netns", "add", ns], check=True)
     subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
     Path("/tmp/ray").mkdir(exist_ok=True)
@@ -74,26 +77,25 @@ def cluster(tmp_path: Path) -> Iterator[tuple[list[str], dict[str, str]]]:
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def submit(run: list[str], env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+def submit(run: list[str], env: dict[str, str], *args: str,
+           submission_id: str | None = None) -> subprocess.CompletedProcess:
+    named = ["--submission-id", submission_id] if submission_id else []
     return subprocess.run(
-        [*run, str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8265",
+        [*run, str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8265", *named,
          "--runtime-env", "infra/ray/runtime_env.yaml", "--working-dir", ".", "--",
          "rlrun", "train", "conf/demo.yaml", *SHORT, *args],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
     )
 
 
-def test_a_relative_output_dir_is_refused_an_absolute_one_gets_the_run(cluster, tmp_path):
+def test_a_relative_output_dir_is_refused_before_the_run_starts(cluster):
+    """Refused before Ray or the model start; the test below shows an absolute one getting the
+    run's checkpoints."""
     run, env = cluster
     refused = submit(run, env)
     assert refused.returncode != 0
     assert ("rlrun train: run.output_dir='runs/demo' is relative, and this Ray job runs in "
             "Ray's temporary copy of its --working-dir") in refused.stdout + refused.stderr
-    out = tmp_path / "out"
-    done = submit(run, env, f"run.output_dir={out}")
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert "done: 2 steps" in done.stdout
-    assert (out / "learner" / "step_000002" / "model").is_dir()
 
 
 def ray_cli(run: list[str], env: dict[str, str], *args: str) -> str:
@@ -104,20 +106,36 @@ def ray_cli(run: list[str], env: dict[str, str], *args: str) -> str:
 def test_ray_job_stop_checkpoints_leaves_nothing_behind_and_a_resubmit_resumes(
     cluster, tmp_path
 ):
+    """With an absolute run.output_dir: the stopped run's checkpoint and the resumed run's
+    final one land there."""
     from rlrun.checkpoint import latest_checkpoint
 
     run, env = cluster
     api = ["--address", "http://127.0.0.1:8265"]
     out = tmp_path / "out"
-    ray_cli(run, env, "job", "submit", *api, "--no-wait", "--submission-id", "rl-stop",
-            "--runtime-env", "infra/ray/runtime_env.yaml", "--working-dir", ".", "--",
-            "rlrun", "train", "conf/demo.yaml", *SHORT, "trainer.steps=50",
-            "trainer.checkpoint_every=100", f"run.output_dir={out}")
-    deadline = time.monotonic() + 300
-    while "step=1 " not in ray_cli(run, env, "job", "logs", *api, "rl-stop"):
-        assert time.monotonic() < deadline, "the job logged no step within 300 s"
-        time.sleep(0.5)
-    ray_cli(run, env, "job", "stop", *api, "rl-stop")  # waits until the job has stopped
+    # Submitted without --no-wait, `ray job submit` follows the job's log into `log` until
+    # the job ends: one client for the whole wait, not one `ray job logs` (a Python start and
+    # Ray import that compete with the job for the cores) per poll.
+    log = tmp_path / "rl-stop.log"
+    with open(log, "w") as sink:
+        follow = subprocess.Popen(
+            [*run, str(BIN / "ray"), "job", "submit", *api, "--submission-id", "rl-stop",
+             "--runtime-env", "infra/ray/runtime_env.yaml", "--working-dir", ".", "--",
+             "rlrun", "train", "conf/demo.yaml", *SHORT, "trainer.steps=50",
+             "trainer.checkpoint_every=100", f"run.output_dir={out}"],
+            env=env | {"PYTHONUNBUFFERED": "1"}, cwd=REPO, stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while "step=1 " not in log.read_text(errors="replace"):
+            assert follow.poll() is None, log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "the job logged no step within 300 s"
+            time.sleep(0.5)
+        ray_cli(run, env, "job", "stop", *api, "rl-stop")  # waits until the job has stopped
+    finally:
+        follow.kill()
+        follow.wait()
     logs = ray_cli(run, env, "job", "logs", *api, "rl-stop")
     assert "(stopped by SIGTERM)" in logs, logs[-3000:]
     saved = latest_checkpoint(str(out))
@@ -140,10 +158,14 @@ def test_ray_job_stop_checkpoints_leaves_nothing_behind_and_a_resubmit_resumes(
     edited.write_text("edited between the two submissions\n")
     try:
         done = submit(run, env, f"run.output_dir={out}", "run.resume=true",
-                      f"trainer.steps={step + 1}")
+                      f"trainer.steps={step + 1}", submission_id="rl-resume")
     finally:
         edited.unlink()
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert f"done: {step + 1} steps" in done.stdout
-    copies = set(re.findall(r"_ray_pkg_[0-9a-f]+", ray_cli(run, env, "job", "list", *api)))
-    assert len(copies) == 2, copies
+    assert (out / "learner" / f"step_{step + 1:06d}" / "model").is_dir()
+    # Each job's working directory copy, from the cluster's job list (the module's other
+    # submissions are in it too).
+    jobs = ray_cli(run, env, "job", "list", *api)
+    copies = dict(re.findall(r"submission_id='([^']+)'.*?(_ray_pkg_[0-9a-f]+)", jobs, re.S))
+    assert copies["rl-stop"] != copies["rl-resume"], copies
