@@ -178,11 +178,13 @@ def test_apps_stdio_call_based_and_taco_limits(fixtures):
     ]
 
 
-def test_code_contests_public_and_private_tests(fixtures):
+def test_code_contests_public_private_and_generated_tests(fixtures):
     result = load_problems(str(fixtures / "code_contests.jsonl"))
     assert result.format == "code_contests"
     p = by_id(result)["1548_A. Two Sums"]
-    assert [t.input for t in p.tests.stdio] == ["1 2\n", "10 20\n", "0 0\n"]
+    # Public first (the ones a multi-turn environment shows), then the hidden ones.
+    assert [t.input for t in p.tests.stdio] == ["1 2\n", "10 20\n", "0 0\n", "5 5\n"]
+    assert p.meta["visible_tests"] == 1
     assert p.time_limit_s == 2.5 and p.memory_limit_mb == 256
     assert p.reference == "a, b = map(int, input().split())\nprint(a + b)"
     assert p.meta["cf_rating"] == 800
@@ -190,7 +192,7 @@ def test_code_contests_public_and_private_tests(fixtures):
     assert only_private.tests.stdio == [StdioTest("hi\n", "hi\n")]
     assert only_private.time_limit_s is None and only_private.memory_limit_mb is None
     assert reasons(result) == [
-        "row 2: field 'public_tests/private_tests' has no test cases",
+        "row 2: field 'public_tests/private_tests/generated_tests' has no test cases",
         "row 3: field 'public_tests' must hold lists of inputs and outputs",
     ]
 

@@ -83,7 +83,7 @@ def test_parquet_code_contests_nested_columns(fixtures, tmp_path):
     pq.write_table(pa.Table.from_pylist(rows[:2]), path)
     result = load_problems(str(path))
     assert result.format == "code_contests"
-    assert [len(p.tests.stdio) for p in result.problems] == [3, 1]
+    assert [len(p.tests.stdio) for p in result.problems] == [4, 1]
 
 
 def test_folder_reads_files_of_the_split(tmp_path):

@@ -25,7 +25,8 @@ ROW_FORMATS: dict[str, tuple[Adapter, str]] = {
     "leetcode": (harness.leetcode, "problem, tests = {functional: harness text}"),
     "apps": (stdio.apps, "question, input_output = {inputs, outputs, fn_name?}"),
     "code_contests": (stdio.code_contests,
-                      "description, public_tests / private_tests = {input: [], output: []}"),
+                      "description, public_tests / private_tests / generated_tests = "
+                      "{input: [], output: []}"),
     "codeforces": (stdio.codeforces, "problem, tests = [{input, output}] or {inputs, outputs}"),
     "plain": (stdio.plain, "problem_id, prompt, test_cases = [[input, output], ...]"),
     "rlrun": (native.rlrun, "id, prompt, kind, ... as written by `rlrun data convert`"),

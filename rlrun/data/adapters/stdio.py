@@ -82,6 +82,7 @@ def apps(row: dict[str, Any], index: int) -> Problem:
 
 # CodeContests' `solutions.language` codes (contest_problem.proto): 3 is PYTHON3, 2 is CPP.
 _CC_PYTHON3 = 3
+_CC_TESTS = ("public_tests", "private_tests", "generated_tests")
 
 
 def _cc_tests(row: dict[str, Any], field: str) -> list[StdioTest]:
@@ -95,22 +96,25 @@ def _cc_tests(row: dict[str, Any], field: str) -> list[StdioTest]:
 
 def code_contests(row: dict[str, Any], index: int) -> Problem:
     _, statement = first_text(row, ("description", "problem"))
-    if row.get("public_tests") is None and row.get("private_tests") is None:
-        raise RowError("public_tests", "is missing (and so is 'private_tests')")
-    public = _cc_tests(row, "public_tests")
-    stdio = public + _cc_tests(row, "private_tests")
+    if all(row.get(field) is None for field in _CC_TESTS):
+        raise RowError("public_tests", "is missing (and so are 'private_tests' and "
+                       "'generated_tests')")
+    public, private, generated = (_cc_tests(row, field) for field in _CC_TESTS)
+    stdio = public + private + generated
     reference = None
     solutions = row.get("solutions")
     if isinstance(solutions, dict):
         pairs = zip(solutions.get("language") or [], solutions.get("solution") or [], strict=False)
         reference = next((code for lang, code in pairs if lang == _CC_PYTHON3), None)
-    # The public tests come first: a multi-turn environment shows only those (`env.name`).
+    # The public tests come first: a multi-turn environment shows only those (`env.name`); the
+    # private and the generated tests (AlphaCode's mutated inputs, their outputs agreed on by
+    # correct solutions) stay hidden.
     meta = {"source": "code_contests", "row": index, "visible_tests": len(public)}
     return Problem(
         id=row_id(row, ("name", "id"), "code_contests", index),
         prompt=statement.strip(),
         kind="code",
-        tests=_need_tests(Tests(stdio=stdio), "public_tests/private_tests"),
+        tests=_need_tests(Tests(stdio=stdio), "/".join(_CC_TESTS)),
         language="python",
         time_limit_s=time_limit_s(row.get("time_limit")),
         memory_limit_mb=memory_limit_mb(row.get("memory_limit_bytes"), unit_if_bare="b"),
