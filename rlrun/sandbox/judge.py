@@ -55,6 +55,15 @@ class ExecutorFailure(RuntimeError):
     """The executor process failed us (died, hung, broke the protocol)."""
 
 
+@dataclass(frozen=True)
+class _Binary:
+    """A compiled program as its submission holds it: the compile cache's key and the bytes, so
+    the cache may drop it while the submission's tests still need it."""
+
+    key: str
+    data: bytes
+
+
 @dataclass
 class _Case:
     kind: str  # stdio | call | harness
@@ -252,7 +261,7 @@ class Judge:
         total = len(cases)
         if total == 0:
             raise ValueError(f"submission {sub.id} has no tests to run")
-        binary: tuple[str, bytes] | None = None
+        binary: _Binary | None = None
         if sub.language == "cpp" and any(c.kind != "stdio" for c in cases):
             detail = "call-based and harness tests run Python functions; this program is C++"
             return _result(sub.id, total, [Verdict("wrong_answer", detail=detail)])
@@ -263,7 +272,7 @@ class Judge:
             if not outcome.ok:
                 detail = "compile timed out" if outcome.timed_out else outcome.stderr[-1500:]
                 return _result(sub.id, total, [Verdict("compile_error", detail=detail)] * total)
-            binary = (key, outcome.binary)
+            binary = _Binary(key, outcome.binary)
         verdicts: list[Verdict] = []
         stop = self.cfg.stop_on_first_failure
         chunk = FIRST_CHUNK if stop else MAX_CHUNK
@@ -284,27 +293,26 @@ class Judge:
         return _result(sub.id, total, verdicts)
 
     def _run_batch(self, slot: ExecutorSlot, sub: Submission, batch: list[_Case],
-                   binary: tuple[str, bytes] | None,
+                   binary: _Binary | None,
                    stop: bool) -> list[dict[str, Any] | Verdict]:
-        """Run `batch` on `slot`; `binary`: the key and bytes of a compiled program, which
-        this submission holds on to, so the compile cache may drop it meanwhile."""
+        """Run `batch` on `slot`: `sub`'s Python code, or its compiled `binary`."""
         req: dict[str, Any] = {"op": "run", "tests": [c.payload for c in batch],
                                "stop_on_abnormal": stop}
         if binary is None:
             req.update(lang="python", code=sub.code)
         else:
-            req.update(lang="binary", binary=binary[0])
+            req.update(lang="binary", binary=binary.key)
         timeout = sum(float(c.payload["time_limit_s"]) + 2.0 for c in batch) + 10.0
         error = ""
         for _ in range(self.cfg.retries + 1):
             try:
                 slot.ensure()
-                if binary is not None and binary[0] not in slot.binaries:
-                    self._put_binary(slot, *binary)
+                if binary is not None and binary.key not in slot.binaries:
+                    self._put_binary(slot, binary)
                 reply = slot.request(req, timeout)
                 if not reply.get("ok"):
                     if "missing_binary" in reply:
-                        slot.binaries.discard(binary[0] if binary else "")
+                        slot.binaries.discard(binary.key if binary else "")
                         error = "the executor lost the compiled binary"
                         continue
                     raise ExecutorFailure(f"executor error: {reply.get('error')}")
@@ -320,11 +328,12 @@ class Judge:
                 slot.stop()
         return [Verdict("sandbox_error", detail=error[-1000:]) for _ in batch]
 
-    def _put_binary(self, slot: ExecutorSlot, key: str, data: bytes) -> None:
-        reply = slot.request({"op": "put_binary", "hash": key, "binary_hex": data.hex()}, 60.0)
+    def _put_binary(self, slot: ExecutorSlot, binary: _Binary) -> None:
+        reply = slot.request({"op": "put_binary", "hash": binary.key,
+                              "binary_hex": binary.data.hex()}, 60.0)
         if not reply.get("ok"):
             raise ExecutorFailure(f"executor could not store the binary: {reply.get('error')}")
-        slot.binaries.add(key)
+        slot.binaries.add(binary.key)
 
     def _compile(self, slot: ExecutorSlot, source: str) -> tuple[str, CompileOutcome | None]:
         argv = compile_argv(self.cfg.cpp_compiler, list(self.cfg.cpp_flags))
