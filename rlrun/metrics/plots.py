@@ -40,16 +40,25 @@ def _val_overall(logged: list[str]) -> list[str]:
     return sorted(n for n in logged if n.startswith("val/") and n.count("/") == 1)
 
 
-def _val_by_kind(logged: list[str]) -> list[str]:
-    """val/code/accuracy, val/math/greedy_accuracy, ...: each kind's accuracies on a mixed set."""
-    return sorted(n for n in logged
-                  if n.startswith("val/") and n.count("/") == 2 and n.endswith("accuracy"))
+def _val_accuracies(turns: bool) -> Callable[[list[str]], list[str]]:
+    """val/turn1/accuracy, ... (`turns`: after each turn of a multi-turn run) or
+    val/code/accuracy, val/math/greedy_accuracy, ... (each kind's on a mixed set)."""
+    return lambda logged: sorted(
+        n for n in logged if n.startswith("val/") and n.count("/") == 2
+        and n.endswith("accuracy") and n.startswith("val/turn") == turns)
 
 
 PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("reward", "Training reward", _exact("reward/mean", "train/accuracy"), "reward"),
     PlotSpec("validation", "Validation", _val_overall, "score"),
-    PlotSpec("validation_by_kind", "Validation by problem kind", _val_by_kind, "accuracy"),
+    PlotSpec("validation_by_kind", "Validation by problem kind", _val_accuracies(turns=False),
+             "accuracy"),
+    PlotSpec("validation_by_turn", "Validation after each turn", _val_accuracies(turns=True),
+             "accuracy"),
+    PlotSpec("episodes", "Multi-turn episodes",
+             _exact("env/solved_first_turn", "env/solved", "env/fix_rate", "env/visible_only"),
+             "fraction"),
+    PlotSpec("turns", "Turns per episode", _exact("env/turns"), "turns"),
     PlotSpec("reward_components", "Reward components",
              _prefix("reward/", ("reward/mean", "reward/std")), "reward"),
     PlotSpec("length", "Response length",

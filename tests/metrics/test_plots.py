@@ -27,6 +27,19 @@ def test_sandbox_counts_and_rates_get_plots_of_their_own() -> None:
     assert keys["kl"] == ["loss/kl"] and keys["entropy"] == ["loss/entropy"]
 
 
+def test_a_multi_turn_run_gets_its_episodes_and_validation_after_each_turn() -> None:
+    logged = ["val/accuracy", "val/turn1/accuracy", "val/turn2/accuracy", "val/turn2/pass@4",
+              "env/turns", "env/solved_first_turn", "env/solved", "env/fix_rate",
+              "env/visible_only", "env/unjudged"]
+    keys = {spec.name: spec.keys(logged) for spec in PLOTS}
+    assert keys["validation"] == ["val/accuracy"]
+    assert keys["validation_by_turn"] == ["val/turn1/accuracy", "val/turn2/accuracy"]
+    assert keys["validation_by_kind"] == []
+    assert keys["episodes"] == ["env/solved_first_turn", "env/solved", "env/fix_rate",
+                                "env/visible_only"]
+    assert keys["turns"] == ["env/turns"]
+
+
 def test_series_skips_rows_without_the_metric_and_nulls() -> None:
     rows = [{"step": 1, "a": 1.0}, {"step": 2, "b": 3.0}, {"step": 3, "a": None},
             {"step": 4, "a": 2}]
