@@ -65,6 +65,7 @@ def test_wrong_length_names_both_counts():
     [
         ("nan_second", "sample 1 (problem p1)"),
         ("inf_last", "sample 2 (problem p2)"),
+        ("huge_int", "sample 1 (problem p1)"),  # too large for a float, and for repr
         ("text_value", "sample 0 (problem p0)"),
     ],
 )
