@@ -1073,6 +1073,8 @@ def run_pair(slot, code, test):
         # Only the two children hold these now, so either one's exit is EOF to the other.
         for fd in (ask_r, ask_w, answer_r, answer_w):
             os.close(fd)
+    # The harness process ends the test: wait quietly for its exit (see fork_child).
+    select.select([kids[0].pidfd], (), (), min(QUIET_S, wall_s))
     harness, program = supervise(slot, kids, t0, wall_s, frames=True)
     program["harness"] = harness
     program["ready"] = program["ready"] and harness["ready"]
