@@ -5,6 +5,7 @@ it imports nothing heavy, so `rlrun.cli` can catch it before torch or Ray load."
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 
 class InputError(ValueError):
@@ -15,6 +16,16 @@ def first_line(err: BaseException) -> str:
     """The first line of an error's message (a library's may run to pages), else its type."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """`repr(value)` cut to `limit` characters for a one-line message; the type's name where
+    repr fails (an int past Python's 4,300-digit string limit, a `__repr__` that raises)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - any object's repr may raise
+        return f"a {type(value).__name__} that has no repr"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def print_last_line(command: str, message: str) -> None:

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rlrun.errors import short_repr
 from rlrun.imports import import_object
 from rlrun.records import Problem, Sample
 from rlrun.rewards.errors import RewardError
@@ -131,8 +132,9 @@ def call_plugin(
         number = _as_float(value)
         if number is None:
             raise RewardError(
-                f"reward function {spec!r} returned {_short(value)} for {_describe(i, problems)}; "
-                "every reward must be a finite number, or None for a completion it does not score"
+                f"reward function {spec!r} returned {short_repr(value)} for "
+                f"{_describe(i, problems)}; every reward must be a finite number, or None for a "
+                "completion it does not score"
             )
         scores.append(number)
     return scores
@@ -146,16 +148,6 @@ def _as_float(value: Any) -> float | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return number if math.isfinite(number) else None
-
-
-def _short(value: Any) -> str:
-    """`repr(value)`, cut to 80 characters; a type name where repr fails (an int past Python's
-    4,300-digit string limit)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - any object's repr may raise
-        return f"a {type(value).__name__} that has no repr"
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _locate_failure(

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rlrun.config import SandboxConfig
+from rlrun.errors import short_repr
 from rlrun.records import JudgeResult, Problem, Submission, Tests, Verdict
 from rlrun.sandbox.backends import Launch, make_launch
 from rlrun.sandbox.compare import outputs_match, values_equal
@@ -527,7 +528,7 @@ def _call_verdict(base: Verdict, case: _Case, r: dict[str, Any], tests: Tests) -
         return replace(base, status="wrong_answer", detail="the return value is not plain data")
     if values_equal(value, case.expected, tests.float_tolerance):
         return base
-    return replace(base, status="wrong_answer", detail=f"returned {_short(value)}")
+    return replace(base, status="wrong_answer", detail=f"returned {short_repr(value)}")
 
 
 def _harness_failure(prepared: PreparedHarness, frames: list[dict[str, Any]]) -> str:
@@ -562,13 +563,8 @@ def _harness_failure(prepared: PreparedHarness, frames: list[dict[str, Any]]) ->
         except (NotPlainData, TypeError, ValueError, RecursionError):
             return f"{where} got a malformed value"
         if not ok:
-            return f"{where} failed (got {_short(value)})"
+            return f"{where} failed (got {short_repr(value)})"
     return ""
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # ---------------------------------------------------------------------------------------------
