@@ -77,15 +77,19 @@ def cluster(
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+def submit_argv(run: list[str], *args: str, submission_id: str | None = None) -> list[str]:
+    """`ray job submit` of a short demo run with config overrides `args`, which follows the
+    job's log until the job ends."""
+    named = ["--submission-id", submission_id] if submission_id else []
+    return [*run, str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8265", *named,
+            "--runtime-env", "infra/ray/runtime_env.yaml", "--working-dir", ".", "--",
+            "rlrun", "train", "conf/demo.yaml", *SHORT, *args]
+
+
 def submit(run: list[str], env: dict[str, str], *args: str,
            submission_id: str | None = None) -> subprocess.CompletedProcess:
-    named = ["--submission-id", submission_id] if submission_id else []
-    return subprocess.run(
-        [*run, str(BIN / "ray"), "job", "submit", "--address", "http://127.0.0.1:8265", *named,
-         "--runtime-env", "infra/ray/runtime_env.yaml", "--working-dir", ".", "--",
-         "rlrun", "train", "conf/demo.yaml", *SHORT, *args],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=600,
-    )
+    return subprocess.run(submit_argv(run, *args, submission_id=submission_id), env=env,
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 def test_a_relative_output_dir_is_refused_before_the_run_starts(cluster):
@@ -119,10 +123,8 @@ def test_ray_job_stop_checkpoints_leaves_nothing_behind_and_a_resubmit_resumes(
     log = tmp_path / "rl-stop.log"
     with open(log, "w") as sink:
         follow = subprocess.Popen(
-            [*run, str(BIN / "ray"), "job", "submit", *api, "--submission-id", "rl-stop",
-             "--runtime-env", "infra/ray/runtime_env.yaml", "--working-dir", ".", "--",
-             "rlrun", "train", "conf/demo.yaml", *SHORT, "trainer.steps=50",
-             "trainer.checkpoint_every=100", f"run.output_dir={out}"],
+            submit_argv(run, "trainer.steps=50", "trainer.checkpoint_every=100",
+                        f"run.output_dir={out}", submission_id="rl-stop"),
             env=env | {"PYTHONUNBUFFERED": "1"}, cwd=REPO, stdout=sink,
             stderr=subprocess.STDOUT,
         )
