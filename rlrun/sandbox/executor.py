@@ -3,7 +3,8 @@
 This file is a standalone script that imports only the standard library, so the same file runs
 on the host (`python3 executor.py` inside `unshare`, see backends.py) and inside the docker
 sandbox image (mounted read-only at /opt/rlrun/executor.py). The judge (judge.py) drives it over
-its stdin/stdout with length-prefixed JSON frames: a 4-byte big-endian length, then UTF-8 JSON.
+its stdin/stdout with length-prefixed JSON frames: a 4-byte big-endian length, then UTF-8 JSON;
+the stdouts of a reply's results follow it as raw bytes (see send_reply).
 
 Requests and their replies:
 
@@ -21,10 +22,11 @@ Requests and their replies:
   `{"ok": false, "missing_binary"}`. A test is `{"mode": "stdio"|"call"|"harness", "stdin",
   "args", "fn_name", "harness", "entry_point", "call_check", "names", "time_limit_s",
   "memory_limit_mb"}`. A result carries `exit_code`/`signal`, `wall_s`, `cpu_s`, `maxrss_kb`,
-  the capped `stdout` and the tail of `stderr`, `timed_out`, `output_exceeded`, `killed` (the
-  zygote killed it), `ready` (the child got through our setup), the child's result `frames`
-  and `frame_error`. A harness test runs two children, the program's and the harness's (see
-  run_harness): its result is the program's, with the harness child's under `"harness"`.
+  the capped `stdout` (bytes, sent after the reply's frame) and the tail of `stderr`,
+  `timed_out`, `output_exceeded`, `killed` (the zygote killed it), `ready` (the child got
+  through our setup), the child's result `frames` and `frame_error`. A harness test runs two
+  children, the program's and the harness's (see run_harness): its result is the program's,
+  with the harness child's under `"harness"`.
 - `{"op": "compile", "hash", "source", "argv", "time_limit_s", "memory_limit_mb",
   "return_binary"}` -> `{"ok", "compiled", "stderr", "timed_out", "binary_hex"}`: runs the
   compiler in a child under the same isolation and keeps the binary (a memfd) under `hash`.
@@ -205,6 +207,29 @@ def write_all(fd, data):
 def send_frame(fd, obj):
     data = dump_json(obj).encode("utf-8", "surrogateescape")
     write_all(fd, struct.pack(">I", len(data)) + data)
+
+
+def send_reply(fd, reply):
+    """Send `reply` as a frame whose results' stdouts follow it as raw bytes, their sizes
+    under "stdout_bytes" (see stdout_holders for the order). A program's stdout is any bytes up
+    to the output limit, and as JSON text every control byte and every byte outside ASCII would
+    take six: 16 tests' worth was 1.7 GB in the zygote and again in the judge."""
+    outs = [holder.pop("stdout") for holder in stdout_holders(reply)]
+    if outs:
+        reply["stdout_bytes"] = [len(out) for out in outs]
+    data = dump_json(reply).encode("utf-8", "surrogateescape")
+    write_all(fd, b"".join([struct.pack(">I", len(data)), data, *outs]))
+
+
+def stdout_holders(reply):
+    """The results in a reply that carry a stdout, in the order it travels: each test's, and
+    after a harness test's the harness process's."""
+    holders = []
+    for r in reply.get("results", ()):
+        holders.append(r)
+        if "harness" in r:
+            holders.append(r["harness"])
+    return holders
 
 
 class FrameTooLarge(ValueError):
@@ -1179,7 +1204,7 @@ def supervise(slot, kids, t0, wall_s, frames):
             results.append({
                 "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss,
                 "timed_out": timed_out, "output_exceeded": exceeded, "killed": was_killed,
-                "stdout": bufs[kid.out_r].decode("utf-8", "surrogateescape"),
+                "stdout": bufs[kid.out_r],
                 "stderr": bufs[kid.err_r][-4096:].decode("utf-8", "replace"),
                 "signal": os.WTERMSIG(status) if signaled else None,
                 "exit_code": None if signaled else os.WEXITSTATUS(status),
@@ -1440,7 +1465,7 @@ def serve(rfd, wfd, reseed_random):
         except Exception as e:
             reply = {"ok": False, "error": f"{type(e).__name__}: {e}",
                      "trace": traceback.format_exc()[-2000:]}
-        send_frame(wfd, reply)
+        send_reply(wfd, reply)
         # The next request's children must not find this reply (another program's output).
         reply = req = None
 

@@ -40,7 +40,7 @@ from rlrun.records import JudgeResult, Problem, Submission, Tests, Verdict
 from rlrun.sandbox.backends import Launch, make_launch
 from rlrun.sandbox.compare import outputs_match, values_equal
 from rlrun.sandbox.cpp import CompileCache, CompileOutcome, compile_argv, source_key
-from rlrun.sandbox.executor import NotPlainData, decode_plain, encode_plain
+from rlrun.sandbox.executor import NotPlainData, decode_plain, encode_plain, stdout_holders
 from rlrun.sandbox.harness import PreparedHarness, prepare_harness, with_prompt_definitions
 
 HEAD = 256  # characters of stdout/stderr kept in a verdict
@@ -164,11 +164,22 @@ class ExecutorSlot:
         (n,) = struct.unpack(">I", head)
         body = self._read(fd, n, deadline)
         try:
-            return json.loads(body.decode("utf-8", "surrogateescape"))
-        except ValueError as e:
+            reply = json.loads(body.decode("utf-8", "surrogateescape"))
+            sizes = reply.pop("stdout_bytes", [])
+            holders = stdout_holders(reply)
+            if len(sizes) != len(holders) or not all(type(k) is int and k >= 0 for k in sizes):
+                raise ValueError("its stdout sizes do not match its results")
+        except (ValueError, AttributeError, TypeError) as e:
             raise ExecutorFailure(f"executor sent a malformed reply: {e}") from e
+        # The stdouts follow the frame as raw bytes (see executor.send_reply).
+        outs = memoryview(self._read(fd, sum(sizes), deadline) if sizes else b"")
+        pos = 0
+        for holder, size in zip(holders, sizes, strict=True):
+            holder["stdout"] = outs[pos:pos + size]
+            pos += size
+        return reply
 
-    def _read(self, fd: int, n: int, deadline: float) -> bytes:
+    def _read(self, fd: int, n: int, deadline: float) -> bytearray:
         buf = bytearray()
         while len(buf) < n:
             left = deadline - time.monotonic()
@@ -183,7 +194,7 @@ class ExecutorSlot:
                 code = self.proc.poll() if self.proc else None
                 raise ExecutorFailure(f"executor exited (status {code}): {self.stderr_tail()}")
             buf += chunk
-        return bytes(buf)
+        return buf
 
 
 def _container_name(launch: Launch | None) -> str | None:
@@ -448,9 +459,10 @@ def _abnormal(r: dict[str, Any], sub: Submission) -> tuple[str, str] | None:
 
 
 def _verdict(case: _Case, r: dict[str, Any], sub: Submission) -> Verdict:
+    stdout = r.get("stdout", b"")
     base = Verdict("accepted", time_s=round(r.get("wall_s", 0.0), 6),
                    memory_mb=round(r.get("maxrss_kb", 0) / 1024, 2),
-                   stdout_head=_printable(r.get("stdout", "")[:HEAD]),
+                   stdout_head=_printable(_text(stdout[:4 * HEAD + 4])[:HEAD]),
                    stderr_head=r.get("stderr", "")[-HEAD:])
     if case.kind == "harness":
         return _harness_verdict(base, case.expected, r, sub)
@@ -459,10 +471,17 @@ def _verdict(case: _Case, r: dict[str, Any], sub: Submission) -> Verdict:
         status, detail = abnormal
         return replace(base, status=status, detail=detail)
     if case.kind == "stdio":
-        ok = outputs_match(r.get("stdout", ""), case.expected, sub.tests.float_tolerance,
+        ok = outputs_match(_text(stdout), case.expected, sub.tests.float_tolerance,
                            sub.tests.case_insensitive)
         return base if ok else replace(base, status="wrong_answer", detail="output differs")
     return _call_verdict(base, case, r, sub.tests)
+
+
+def _text(stdout: bytes | memoryview) -> str:
+    """A program's output as text that compares byte for byte: the bytes that are not UTF-8
+    are kept, as lone surrogates. (A UTF-8 character takes at most four bytes, so `4 * k + 4`
+    bytes decode to at least the first `k` characters of the whole.)"""
+    return str(stdout, "utf-8", "surrogateescape")
 
 
 def _printable(stdout: str) -> str:

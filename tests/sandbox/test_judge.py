@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -102,6 +104,37 @@ def test_output_that_is_not_utf8_is_compared_as_bytes_and_shown_as_text(judge) -
     assert res.status == "wrong_answer"
     assert res.tests[0].stdout_head == "caf\ufffd x\n"
     res.tests[0].stdout_head.encode("utf-8")
+
+
+# 16 tests that each print just under the output cap in bytes that JSON would escape into six.
+ESCAPED_OUTPUT = """
+import resource
+from rlrun.config import SandboxConfig
+from rlrun.records import StdioTest, Submission, Tests
+from rlrun.sandbox import Judge
+code = "import sys\\nsys.stdout.buffer.write(b'\\\\x01\\\\xe9' * ((4 << 20) - 64))\\n"
+tests = Tests(stdio=[StdioTest(str(i), "0") for i in range(16)])
+with Judge("process", 1, SandboxConfig(stop_on_first_failure=False)) as j:
+    (res,) = j.judge([Submission("s", code, "python", tests)])
+print(res.status, len(res.tests), repr(res.tests[0].stdout_head[:4]), res.tests[-1].detail)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10,
+      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss >> 10)
+"""
+
+
+@pytestmark_system
+def test_outputs_json_would_escape_travel_as_bytes() -> None:
+    """Sixteen tests of 8 MB of control bytes and Latin-1 each: as JSON text the reply was
+    1.7 GB in the executor and again in the judge; as bytes after the frame, 270 and 170 MB."""
+    if can_isolate():
+        pytest.skip(can_isolate())
+    proc = subprocess.run([sys.executable, "-c", ESCAPED_OUTPUT], capture_output=True,
+                          text=True, timeout=120, cwd=Path(__file__).parents[2])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    verdict, peaks = proc.stdout.splitlines()
+    assert verdict == "wrong_answer 16 '\\x01\ufffd\\x01\ufffd' output differs"
+    judge_mb, executor_mb = map(int, peaks.split())
+    assert judge_mb < 500 and executor_mb < 500, (judge_mb, executor_mb)
 
 
 @pytestmark_system
