@@ -267,6 +267,11 @@ def test_split_keeps_a_datasets_own_split_and_needs_a_hidden_test():
     one = Problem("q", "q", "code", tests=TestSet(stdio=tests.stdio[:1]))
     with pytest.raises(EnvError, match="too few to show 1 and keep one hidden"):
         split_tests(one, 1)
+    # A split that shows nothing (a CodeContests row without public tests) stays so: showing
+    # env.visible_tests of the hidden tests instead quoted one in the feedback.
+    unseen = dataclasses.replace(problem, meta={"visible_tests": 0})
+    with pytest.raises(EnvError, match="problem p has no visible test in its dataset's own"):
+        split_tests(unseen, 1)
 
 
 def test_chat_models_get_the_observation_as_a_user_turn():

@@ -60,7 +60,11 @@ def split_tests(problem: Problem, default_visible: int) -> tuple[Tests, Tests]:
     if problem.kind != "code" or tests is None:
         raise EnvError(f"env.name=code_repair: problem {problem.id} is not a code problem with "
                        "tests; use code data (or no env.name for math)")
-    shown = problem.meta.get("visible_tests") or default_visible
+    shown = problem.meta.get("visible_tests", default_visible)
+    if shown == 0:
+        raise EnvError(f"env.name=code_repair: problem {problem.id} has no visible test in its "
+                       "dataset's own split (CodeContests: no public_tests), so no feedback can "
+                       "quote one; drop such problems")
     if tests.stdio:
         visible = replace(tests, stdio=tests.stdio[:shown], calls=[], harness=None)
         hidden = replace(tests, stdio=tests.stdio[shown:])
