@@ -18,7 +18,7 @@ from rlrun.environments import EnvError, Feedback, load_environment
 from rlrun.environments.code_repair import CodeRepair, split_tests
 from rlrun.models import _tiny_tokenizer
 from rlrun.multiturn import Episodes, ObservationTokens, episode_metrics
-from rlrun.records import JudgeResult, Problem, Sample, StdioTest, Verdict
+from rlrun.records import CallTest, JudgeResult, Problem, Sample, StdioTest, Verdict
 from rlrun.records import Tests as TestSet
 from rlrun.rewards import build_reward
 from rlrun.sandbox import Judge
@@ -256,6 +256,15 @@ def test_feedback_shows_the_test_that_failed_when_max_tests_judges_a_subset():
     observation = env.observe("", [failed]).observation
     want = ran[1]
     assert f"Input:\n{want}\nExpected output:\nout{want[2:]}" in observation, observation
+
+
+def test_feedback_on_a_call_test_shows_what_the_function_returned(judge):
+    tests = TestSet(fn_name="add", calls=[CallTest([1, 2], 3), CallTest([2, 2], 4)])
+    env = CodeRepair(Problem("p", "q", "code", tests=tests), config())
+    program = "```python\ndef add(a, b):\n    print('adding')\n    return a - b\n```"
+    observation = env.observe("", judge(env.submissions(program))).observation
+    assert "Call: add(*[1, 2])\nExpected:\n3\nYour function:\nreturned -1\n" in observation
+    assert "adding" not in observation
 
 
 def test_split_keeps_a_datasets_own_split_and_needs_a_hidden_test():

@@ -24,7 +24,8 @@ The observation after a failed turn (each quoted piece cut to `env.feedback_char
     7
     Answer with a ```python code block.
 
-whose last line repeats the first prompt's answer-format instruction (`data.code_instruction`);
+whose last line repeats the first prompt's answer-format instruction (`data.code_instruction`)
+(a call test shows `Call: f(*args)`, `Expected:` and `Your function:` with what it returned);
 or, in place of the test's lines, the compiler's first lines, the runtime error's last lines
 (a Python traceback from the program's own first frame, which names the exception), "time limit
 exceeded (2.0 s)", "memory limit exceeded", "output limit exceeded", or "No ```python code
@@ -155,8 +156,12 @@ class CodeRepair:
                  f"{_STATUS_TEXT.get(verdict.status, verdict.status)}"
                  + (f" ({self._time_limit()} s)." if verdict.status == "time_limit" else ".")]
         lines += self._case(index, chars)
-        if verdict.status == "wrong_answer":
+        if verdict.status == "wrong_answer" and self.visible.stdio:
             lines += ["Your output:", _cut(verdict.stdout_head, chars)]
+        elif verdict.status == "wrong_answer":
+            # A call test's value is in the verdict's detail ("returned [1, 2]"); what the
+            # function printed says nothing about it.
+            lines += ["Your function:", _cut(verdict.detail, chars)]
         elif verdict.status == "runtime_error":
             lines += ["Error:", _cut(_own_frames(verdict.stderr_head) or verdict.detail, chars,
                                      tail=True)]
