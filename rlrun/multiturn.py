@@ -52,23 +52,23 @@ class ObservationTokens:
         self.tokenizer = tokenizer
         self.head, self.tail = _chat_frame(tokenizer) if chat else ("\n", "\n")
 
-    def frame(self, observation: str, ended: str = "") -> str:
-        """`observation` as the text of a user turn after a model turn whose text ends with
-        `ended`; a turn that ended with the template's end-of-turn token gets no second one."""
-        return self._head(ended) + observation + self.tail
-
-    def _head(self, ended: str) -> str:
-        return self.head[len(ended):] if ended and self.head.startswith(ended) else self.head
+    def frame(self, observation: str) -> str:
+        """`observation` as the text of a user turn after a model turn."""
+        return self.head + observation + self.tail
 
     def ids(self, observation: str, last_token: int | None) -> list[int]:
-        """`frame` as token ids, after a model turn whose last token is `last_token`. The
-        observation quotes the program's output, so its text is tokenized as text: a program
-        that prints `<|im_end|>` or `</s>` gets those characters into the model's context, not
-        the control tokens, which would end the user turn or start a fake one."""
-        ended = self.tokenizer.decode([last_token]) if last_token is not None else ""
-        head, tail = self._head(ended), self.tail
-        return (self._tokens(head) + self._tokens(observation, split_special_tokens=True)
-                + self._tokens(tail))
+        """`frame` as token ids, after a model turn whose last token is `last_token`. A turn
+        that ended with the frame's first token (the template's end-of-turn token, or a plain
+        frame's newline) gets no second one; a turn cut off on a token that only spells the
+        start of it (`<` of `<|im_end|>`) still gets the whole token. The observation quotes
+        the program's output, so its text is tokenized as text: a program that prints
+        `<|im_end|>` or `</s>` gets those characters into the model's context, not the control
+        tokens, which would end the user turn or start a fake one."""
+        head = self._tokens(self.head)
+        if last_token is not None and head[:1] == [last_token]:
+            head = head[1:]
+        return (head + self._tokens(observation, split_special_tokens=True)
+                + self._tokens(self.tail))
 
     def _tokens(self, text: str, **kwargs: Any) -> list[int]:
         if not text:

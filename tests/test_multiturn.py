@@ -294,6 +294,22 @@ def test_chat_models_get_the_observation_as_a_user_turn():
                                "<|im_start|>assistant\n")
 
 
+def test_a_turn_cut_off_on_the_start_of_the_end_of_turn_text_still_gets_the_token():
+    tok = _tiny_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    tokens = ObservationTokens(tok, chat=True)
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    ended = tokens.ids("it failed", last_token=im_end)
+    assert tok.decode(ended) == "\n<|im_start|>user\nit failed<|im_end|>\n<|im_start|>assistant\n"
+    # A turn cut at max_new_tokens on "<" had the frame's "<" dropped: "|im_end|>" as text, and
+    # the assistant turn never closed.
+    cut = tokens.ids("it failed", last_token=tok("<", add_special_tokens=False)["input_ids"][0])
+    assert cut[0] == im_end and cut[1:] == ended
+
+
 def test_control_tokens_a_program_prints_reach_the_model_as_text():
     # The program's output is quoted in the observation: printing "</s>" (or a chat model's
     # "<|im_end|>") put the real control token into the model's context.
