@@ -36,11 +36,21 @@ CLIP_CHARS = 300
 # few MB; over the bound the check fails with MemoryError, a wrong answer.
 VERIFY_MEMORY_BYTES = 512 << 20
 
-_STRICT = re.compile(r"#### *\$? *(\+?\-?\$?[0-9\.\,]+)")
+_STRICT = re.compile(r"#### *\$? *(\+?[-\u2212]?\$?[0-9\.\,]+)")
 # A number: digit groups with thousands commas or plain digits, an optional decimal part. A sign
-# counts only when it does not follow a word or a digit (so the "-" in "12-3" is not a sign).
-_NUMBER = re.compile(r"(?:(?<![\w.])[-+])?\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|(?<![\w.])\.\d+")
+# (a Unicode minus too) counts only when it does not follow a word or a digit (so the "-" in
+# "12-3" is not a sign).
+_NUMBER = re.compile(r"(?:(?<![\w.])[-+\u2212])?"
+                     r"(?:\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|(?<![\w.])\.\d+)")
+# A number as written once its LaTeX and currency are gone: separators only between groups of
+# three digits ("1,000", "1 000"), so "-2, 3" (two answers) is not the number -23.
+_WRITTEN = re.compile(r"(-?)\s*(\d{1,3}(?:[,\s]\d{3})+|\d*)(?:\.(\d*))?")
+_SEPARATOR = re.compile(r"[,\s]")
+# LaTeX thousands separators and currency: "1{,}000", "1\\,000", "\\$5".
+_LATEX_SEPARATOR = re.compile(r"\{,\}|\\[,!]")
+_CURRENCY = re.compile(r"\\?\$")
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_DIGIT = re.compile(r"\d")
 
 
 @dataclass
@@ -55,16 +65,17 @@ class Span:
 def normalize_number(text: str) -> str | None:
     """Canonical decimal form of a number written in an answer, or None when it is not one.
 
-    "1,000.00" -> "1000", "$18." -> "18", "+5" -> "5", "-0" -> "0", "0.50" -> "0.5".
+    "1,000.00" -> "1000", "$18." -> "18", "+5" -> "5", "-0" -> "0", "0.50" -> "0.5",
+    "\u22125" (a Unicode minus) -> "-5"; "-2, 3" and "12,34" are not numbers.
     """
-    # Thousands separators and currency, LaTeX spellings included: "1{,}000", "1\\,000", "\\$5".
-    s = re.sub(r"\{,\}|\\[,!$]|[,$\s]", "", text).rstrip(".").removeprefix("+")
+    s = _CURRENCY.sub("", _LATEX_SEPARATOR.sub(",", text))
+    s = s.replace("\u2212", "-").strip().rstrip(".,").removeprefix("+")
     # Exact, on the digits themselves: Decimal's 28-digit context rounded two long numbers that
     # differ past their 28th digit to one value. One way to split the digits, so no backtracking.
-    m = re.fullmatch(r"(-?)(\d*)(?:\.(\d*))?", s)
+    m = _WRITTEN.fullmatch(s)
     if m is None or not (m[2] or m[3]):
         return None
-    whole, frac = m[2].lstrip("0") or "0", (m[3] or "").rstrip("0")
+    whole, frac = _SEPARATOR.sub("", m[2]).lstrip("0") or "0", (m[3] or "").rstrip("0")
     if whole == "0" and not frac:
         return "0"
     return m[1] + whole + ("." + frac if frac else "")
@@ -81,10 +92,12 @@ def find_answer(text: str, mode: str) -> Span | None:
     tail = text[offset:]
     if mode in ("strict", "flexible"):
         pattern, group = (_STRICT, 1) if mode == "strict" else (_NUMBER, 0)
-        matches = list(pattern.finditer(tail))
-        if not matches:
+        # The strict pattern also takes "." or ",", which are no answer; a flexible match always
+        # has a digit.
+        m = next((m for m in reversed(list(pattern.finditer(tail)))
+                  if mode == "flexible" or _DIGIT.search(m.group(group))), None)
+        if m is None:
             return None
-        m = matches[-1]
         return Span(m.group(group), offset + m.start(group), offset + m.end(group))
     span = _last_boxed(text)
     return find_answer(text, "flexible") if span is None and mode == "math_verify" else span
@@ -118,10 +131,11 @@ def extract_answer(text: str, mode: str) -> str | None:
     return number if number is not None else span.text.strip()
 
 
-# "18 dollars", "5 \text{ cm}", "50\%". Written so a string splits one way only (no two adjacent
-# quantifiers over the same characters), or a long run of digits or spaces backtracks for minutes.
-_UNITS = re.compile(r"\s*([-+]?\$?(?:[\d,]*\.\d+|[\d,]*\d)\.?)"
-                    r"\s*(?:(?:\\%|%|\\text\{[^}]*\}|[A-Za-z]+)\s*)?$")
+# "18 dollars", "5cm", "5 \text{ cm}", "50\%"; not one letter against the number ("2x", "3i"),
+# which is a term. Written so a string splits one way only (no two adjacent quantifiers over the
+# same characters), or a long run of digits or spaces backtracks for minutes.
+_UNITS = re.compile(r"\s*([-+\u2212]?\$?(?:[\d,]*\.\d+|[\d,]*\d)\.?)"
+                    r"\s*(?:(?:\\%|%|\\text\{[^}]*\}|(?<=\s)[A-Za-z]+|[A-Za-z]{2,})\s*)?$")
 
 
 def _strip_units(answer: str) -> str:

@@ -37,13 +37,18 @@ def math_correct(text: str, gold: str, mode: str, timeout_s: float) -> bool:
         ("1\\,000", "1000"),
         ("\\$5", "5"),
         ("007", "7"),
+        ("\u22125", "-5"),  # a Unicode minus
+        ("1 000", "1000"),
+        ("1\\!000", "1000"),
     ],
 )
 def test_normalize_number_canonical_forms(written, canonical):
     assert normalize_number(written) == canonical
 
 
-@pytest.mark.parametrize("text", ["", "abc", "1.2.3", "1/2", "--1", "\\frac{1}{2}"])
+# Commas and spaces separate groups of three digits only: "-2, 3" is two answers, not -23.
+@pytest.mark.parametrize("text", ["", "abc", "1.2.3", "1/2", "--1", "\\frac{1}{2}", "-2, 3",
+                                  "12,34", "1,2,3", "2 3"])
 def test_normalize_number_rejects_non_numbers(text):
     assert normalize_number(text) is None
 
@@ -68,6 +73,7 @@ def test_strict_reads_the_last_hash_answer_with_normalisation(text, gold):
 
 def test_strict_needs_the_hash_marker():
     assert extract_answer("The answer is 18.", "strict") is None
+    assert extract_answer("#### .", "strict") is None
     assert not math_correct("The answer is 18.", "18", "strict", 1.0)
 
 
@@ -87,6 +93,8 @@ def test_strict_and_flexible_read_only_the_last_300_characters_like_verl():
         ("it is +5.", "5"),
         ("3, 4, and 5", "5"),
         ("We get 50%", "50"),
+        ("so it is \u22125", "-5"),
+        ("so it is -.5", "-0.5"),
     ],
 )
 def test_flexible_reads_the_last_number(text, expected):
@@ -153,6 +161,16 @@ def test_numbers_past_28_digits_are_compared_exactly():
     assert not math_correct("#### 1234567890123456789012345678999", gold, "strict", 1.0)
     assert not math_correct("\\boxed{0.00000000000000000000000000000001}", "0", "boxed", 1.0)
     assert math_correct("#### " + gold, gold, "strict", 1.0)
+
+
+def test_a_list_of_answers_or_a_term_is_not_a_number():
+    assert math_correct("\\boxed{-2, 3}", "-2, 3", "boxed", 1.0)
+    assert not math_correct("\\boxed{-23}", "-2, 3", "boxed", 1.0)
+    assert not math_correct("\\boxed{23}", "2, 3", "boxed", 1.0)
+    # A word is a unit; one letter against the number is a term.
+    assert math_correct("\\boxed{5cm}", "5", "boxed", 1.0)
+    assert not math_correct("\\boxed{2x}", "2", "boxed", 1.0)
+    assert not math_correct("\\boxed{3i}", "3", "boxed", 1.0)
 
 
 def test_boxed_compares_non_numbers_as_text_without_spaces():
