@@ -22,7 +22,7 @@ inapplicable, so the other components must not stand in for it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rlrun.config import Config, ConfigError
 from rlrun.records import Problem, Sample, ScoredSample, StepCheck, TokenReward, Verdict
@@ -129,9 +129,13 @@ class Reward:
         """The verdict on each step of a math sample, and its part at the step's last token.
 
         Two steps ending in one token (a token that spans a line break) leave one part there,
-        the lower: a wrong step's part is never lost.
+        the lower: a wrong step's part is never lost. A last line the token limit cut off
+        ("48 + 32 = 8" of "= 80") is uncheckable: it is not what the model would have written.
         """
-        steps = check_steps(sample.response_text)
+        text = sample.response_text
+        steps = check_steps(text)
+        if sample.finish_reason == "length" and steps and "\n" not in text[steps[-1].end:]:
+            steps[-1] = replace(steps[-1], verdict="uncheckable")
         ends = [s.end for s in steps]
         tokens = (last_tokens(sample.response_ids, ends, self.decode)
                   if self.decode is not None else [-1] * len(steps))

@@ -5,15 +5,18 @@ computation a line; a one-paragraph solution is one step). Its **claims** are th
 writes down (docs/rewards.md, "Step rewards"):
 
 - `a op b = c`, with + - * / (also `x`, `×`, `÷`, `·` between numbers, `\\times`, `\\cdot`,
-  `\\div`), parentheses and unary minus; in a chain `a + b = c + d = e` each `=` is one claim;
+  `\\div`), parentheses and unary minus; in a chain `a + b = c + d = e` each `=` is one claim
+  (`5 + 3 = 8 = 9` claims 8 = 9 too);
 - GSM8K's calculator annotations `<<48/2=24>>`, checked on their own; the text around them is
   checked as if they were not there (`48/2 = <<48/2=24>>24` asserts 48/2 = 24 twice).
 
 Numbers may carry thousands commas (`80,000`), decimals (`1.5`, `.5`), an ignored currency sign
-(`$`, `€`, `£`) and a percent sign; fractions are divisions (`3/4`). A side of an `=` is the
-longest run of numbers, operators and parentheses next to it; words end a run, so `16 - 3 - 4 =
-9 eggs` claims 16 - 3 - 4 = 9. An equality is a claim only when one side computes (an operator,
-not a bare number): `60 = 1 hour` and `2 hours = 120 minutes` claim nothing.
+(`$`, `€`, `£`) and a percent sign; fractions are divisions (`3/4`). LaTeX's math delimiters
+(`\\(`, `\\)`, `\\[`, `\\]`) are blanks. A side of an `=` is the longest run of numbers,
+operators and parentheses next to it, less a parenthesis that opens after it or closes before
+it (`3 * 4 = 12 (so)`); words end a run, so `16 - 3 - 4 = 9 eggs` claims 16 - 3 - 4 = 9. An
+equality outside a chain is a claim only when one side computes (an operator, not a bare
+number): `60 = 1 hour` and `2 hours = 120 minutes` claim nothing.
 
 Evaluation is exact (`fractions.Fraction`) by a hand-written tokenizer and recursive-descent
 parser, never `eval`. An equality holds when both sides are equal, or when one side is a bare
@@ -24,8 +27,10 @@ reading may make it hold.
 A claim is uncheckable, not wrong, past a limit (`MAX_DIGITS` digits in a number, `MAX_BITS`
 bits in a value, `MAX_TOKENS` tokens or `MAX_DEPTH` nested parentheses on a side), on division
 by zero, an exponent (`^`, `**`: unsupported, so `9^9^9^9` costs nothing), or a run that starts
-right after a word or with an operator after a word (`sqrt(16) + 2`, `eggs - 3`). The limits
-bound work per token: checking takes time linear in the text's length, whatever the text.
+right after a word or a symbol, or with an operator after one (`sqrt(16) + 2`, `√16 + 2`,
+`eggs - 3`, `5! + 1`, `\\frac{48}{2} + 10`). The limits bound work per token: checking takes
+time linear in the text's length, whatever the text. Training also leaves uncheckable a last
+line that the token limit cut off (`rlrun.rewards.reward`).
 
 A step is `wrong` when any claim is false (whether or not the final answer depends on it), else
 `correct` when a claim was checked, else `uncheckable`. `check_steps(text)` returns one `Step`
@@ -57,6 +62,7 @@ _STEP = re.compile(r"\S(?:[^\n]*\S)?")
 # GSM8K's calculator annotations. Bounded and without nested quantifiers: linear time.
 _ANNOTATION = re.compile(rf"<<([^<>\n]{{0,{MAX_ANNOTATION}}})>>")
 _CURRENCY = frozenset("$€£")  # signs that carry no value: read as blanks
+_MATH_DELIMITERS = ("\\(", "\\)", "\\[", "\\]")  # LaTeX's inline and display math: blanks too
 _OPS = {"+": "+", "-": "-", "−": "-", "–": "-", "*": "*", "/": "/", "×": "*", "÷": "/", "·": "*",
         "(": "(", ")": ")"}
 # One-character tokens as (kind, operator); "^" is not evaluated: a run holding it is uncheckable.
@@ -186,6 +192,8 @@ def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
         ch = text[i]
         if ch.isspace() or ch in _CURRENCY:
             i += 1
+        elif ch == "\\" and text.startswith(_MATH_DELIMITERS, i, end):
+            i += 2
         elif ch in _DIGITS or ch in _VULGAR or (
             ch == "." and i + 1 < end and text[i + 1] in _DIGITS
         ):
@@ -272,7 +280,15 @@ def _claims(text: str, start: int, end: int, source: str) -> list[Claim]:
             i -= 1
         while j < len(toks) and _arith(toks[j]):
             j += 1
-        if i < k and j > k + 1 and (claim := _check(text, toks, (i, k), (k + 1, j), source)):
+        # A parenthesis that opens after the right side ("= 13 (so)") or closes before the left
+        # side ("(so) 3 * 4") belongs to the words, not to the arithmetic.
+        while j > k + 1 and toks[j - 1].op == "(":
+            j -= 1
+        while i < k and toks[i].op == ")":
+            i += 1
+        chained = i > 0 and toks[i - 1].kind == "eq"
+        if i < k and j > k + 1 and (
+                claim := _check(text, toks, (i, k), (k + 1, j), source, chained)):
             claims.append(claim)
     return claims
 
@@ -287,11 +303,12 @@ def _computes(toks: list[_Tok]) -> bool:
 
 
 def _check(
-    text: str, toks: list[_Tok], left: tuple[int, int], right: tuple[int, int], source: str
+    text: str, toks: list[_Tok], left: tuple[int, int], right: tuple[int, int], source: str,
+    chained: bool,
 ) -> Claim | None:
     lhs, rhs = toks[left[0] : left[1]], toks[right[0] : right[1]]
-    if not (_computes(lhs) or _computes(rhs)):
-        return None  # "60 = 1 hour": no arithmetic asserted
+    if not (chained or _computes(lhs) or _computes(rhs)):
+        return None  # "60 = 1 hour": no arithmetic asserted (in "5 + 3 = 8 = 9", "8 = 9" is)
     written = " ".join(text[lhs[0].start : rhs[-1].end].split())
     if len(written) > MAX_CLAIM_TEXT:
         written = written[: MAX_CLAIM_TEXT - 3] + "..."
@@ -306,18 +323,21 @@ def _check(
 
 
 def _guard_start(toks: list[_Tok], j: int) -> None:
-    """A run right after a word ("sqrt(16) + 2", "x2 + 1"), starting with an operator after a
-    word ("eggs - 3 = ...") or after an operator word ("pages x 1/3 = 5") is not the whole of
-    what the text computes."""
+    """A run right after a word or a symbol ("sqrt(16) + 2", "x2 + 1", "√16 + 2"), starting
+    with an operator after a word ("eggs - 3 = ...") or a symbol ("5! + 1", "\\frac{48}{2} + 10",
+    "180° - 90"; a signed number after a symbol, as in "Total: -5 + 3", is whole) or after an
+    operator word ("pages x 1/3 = 5") is not the whole of what the text computes."""
     if j == 0:
         return
     before, first = toks[j - 1], toks[j]
-    if not before.alpha:
+    if before.kind != "word":
         return
     if before.end == first.start:
-        raise Uncheckable("a run attached to a word")
-    if first.kind == "op" and first.op != "(":
-        raise Uncheckable("a run that starts with an operator after a word")
+        raise Uncheckable("a run attached to a word or a symbol")
+    signed = (first.op in ("-", "+") and j + 1 < len(toks) and toks[j + 1].kind == "num"
+              and toks[j + 1].start == first.end)
+    if first.kind == "op" and first.op != "(" and (before.alpha or not signed):
+        raise Uncheckable("a run that starts with an operator after a word or a symbol")
     if before.word in _OPERATOR_WORDS:
         raise Uncheckable(f"a run after {before.word!r}")
 

@@ -1,5 +1,7 @@
 """build_reward / Reward.score: components by name, weights, shaping, config and pairing errors."""
 
+import dataclasses
+
 import pytest
 
 from rlrun import records
@@ -115,6 +117,18 @@ def test_step_rewards_place_a_part_at_each_steps_last_token():
     assert [s.token for s in scored.steps] == [8, 22, 30]
     assert scored.token_rewards == [records.TokenReward(8, -1.0), records.TokenReward(22, 0.5),
                                     records.TokenReward(30, 0.0)]
+
+
+def test_a_last_line_the_token_limit_cut_off_is_not_a_wrong_step():
+    reward = build_reward(config("reward.step_rewards=true"), None).using(
+        decode=lambda ids: bytes(ids).decode())
+    cut = dataclasses.replace(_tokens(P[0], "3 + 4 = 7\n48 + 32 = 8"), finish_reason="length")
+    ended = dataclasses.replace(cut, finish_reason="stop")
+    at_a_line_break = dataclasses.replace(_tokens(P[0], "3 + 4 = 7\n48 + 32 = 8\n"),
+                                          finish_reason="length")
+    verdicts = [[s.verdict for s in scored.steps]
+                for scored in reward.score([P[0]] * 3, [cut, ended, at_a_line_break])]
+    assert verdicts == [["correct", "uncheckable"], ["correct", "wrong"], ["correct", "wrong"]]
 
 
 def test_step_rewards_without_a_decoder_check_steps_but_place_no_parts():

@@ -47,6 +47,11 @@ def verdict(line: str) -> str:
         "120 – 80 - 15 = 25 more points",
         "5 - 10 = -5",
         "-(-3) + 1 = 4",
+        # LaTeX math, a signed number after a symbol, words in parentheses around a claim
+        "\\( 3 \\times 4 = 12 \\)",
+        "\\[ 3 \\cdot 4 = 12 \\]",
+        "Total: -5 + 3 = -2",
+        "3 * 4 = 12 (so)",
     ],
 )
 def test_correct_steps(line):
@@ -67,6 +72,10 @@ def test_correct_steps(line):
         "10/3 = 3",  # an integer is exact: rounding needs the decimals written
         "2 * (3 + 4) = 20",
         "So, Suzzane has $32 - $20 = $300 left.",  # a typo in a GSM8K reference
+        "5 + 3 = 8 = 9",  # a bare link in a chain is a claim too
+        # wrapped as LaTeX math or followed by words in parentheses, still checked
+        "\\( 3 \\times 4 = 13 \\)",
+        "3 * 4 = 13 (so)",
     ],
 )
 def test_wrong_steps(line):
@@ -89,6 +98,12 @@ def test_wrong_steps(line):
         "2**10 = 1024",
         "5/0 = 1",
         "x = 5 + y",
+        # the run starts after a symbol that is part of what is computed
+        "\\[ \\frac{48}{2} + 10 = 34 \\]",
+        "√16 + 2 = 6",
+        "The total is 5! + 1 = 121",
+        "180° - 90 - 30 = 60",
+        "4² + 1 = 17",
     ],
 )
 def test_uncheckable_steps(line):
