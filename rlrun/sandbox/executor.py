@@ -22,7 +22,7 @@ Requests and their replies:
   `{"ok": false, "missing_binary"}`. A test is `{"mode": "stdio"|"call"|"harness", "stdin",
   "args", "fn_name", "harness", "entry_point", "call_check", "names", "time_limit_s",
   "memory_limit_mb"}`. A result carries `exit_code`/`signal`, `wall_s`, `cpu_s`, `maxrss_kb`,
-  the capped `stdout` (bytes, sent after the reply's frame) and the tail of `stderr`,
+  the capped `stdout` (bytes, sent after the reply's frame) and `stderr` (its ends),
   `timed_out`, `output_exceeded`, `killed` (the zygote killed it), `ready` (the child got
   through our setup), the child's result `frames` and `frame_error`. A harness test runs two
   children, the program's and the harness's (see run_harness): its result is the program's,
@@ -1205,7 +1205,7 @@ def supervise(slot, kids, t0, wall_s, frames):
                 "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss_kb": ru.ru_maxrss,
                 "timed_out": timed_out, "output_exceeded": exceeded, "killed": was_killed,
                 "stdout": bufs[kid.out_r],
-                "stderr": bufs[kid.err_r][-4096:].decode("utf-8", "replace"),
+                "stderr": ends(bufs[kid.err_r], 2048).decode("utf-8", "replace"),
                 "signal": os.WTERMSIG(status) if signaled else None,
                 "exit_code": None if signaled else os.WEXITSTATUS(status),
                 "ready": ready, "frames": parsed, "frame_error": bad,
@@ -1218,6 +1218,12 @@ def supervise(slot, kids, t0, wall_s, frames):
         for d in slot.sweep:
             sweep_dir(d, slot.keep)
     return results
+
+
+def ends(data, n):
+    """The first and the last `n` bytes of `data`: a compiler's first errors are what the rest
+    follow from, a traceback's last lines name the exception."""
+    return data if len(data) <= 2 * n + 5 else data[:n] + b"\n...\n" + data[-n:]
 
 
 def running(pid):
@@ -1400,7 +1406,7 @@ def op_compile(slot, req):
         cleanup_dir(src_dir)
         return {"ok": False, "error": "the compiler exited with status 0 but wrote no binary"}
     ok = r["exit_code"] == 0 and not r["timed_out"] and os.path.exists(binary)
-    reply = {"ok": True, "compiled": ok, "stderr": r["stderr"][-4000:], "wall_s": r["wall_s"],
+    reply = {"ok": True, "compiled": ok, "stderr": r["stderr"], "wall_s": r["wall_s"],
              "start_error": r["start_error"],
              "timed_out": r["timed_out"], "signal": r["signal"], "exit_code": r["exit_code"]}
     if ok:

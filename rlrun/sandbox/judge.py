@@ -282,7 +282,8 @@ class Judge:
             if outcome is None:
                 return _result(sub.id, total, [Verdict("sandbox_error", detail=key)] * total)
             if not outcome.ok:
-                detail = "compile timed out" if outcome.timed_out else outcome.stderr[-1500:]
+                # The first errors: the later ones are often what the first one caused.
+                detail = "compile timed out" if outcome.timed_out else outcome.stderr[:1500]
                 return _result(sub.id, total, [Verdict("compile_error", detail=detail)] * total)
             binary = _Binary(key, outcome.binary)
         verdicts: list[Verdict] = []

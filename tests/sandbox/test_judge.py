@@ -223,6 +223,10 @@ def test_cpp_accepted_wrong_compile_error_runtime_error(judge) -> None:
                                        "runtime_error"]
     assert "undefined_name" in res[2].tests[0].detail
     assert res[2].total == 2
+    # Of a long error output the verdict keeps the first errors, which the rest follow from.
+    many = "int main() {\n" + "".join(f"  int v{i} = undefined_{i};\n" for i in range(60)) + "}\n"
+    (long,) = judge.judge([stdio_sub(many, cases, language="cpp")])
+    assert "undefined_0" in long.tests[0].detail and len(long.tests[0].detail) <= 1500
 
 
 @pytestmark_system
