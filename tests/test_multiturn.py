@@ -267,6 +267,15 @@ def test_feedback_on_a_call_test_shows_what_the_function_returned(judge):
     assert "adding" not in observation
 
 
+def test_output_the_verdict_cut_shows_as_cut_whatever_env_feedback_chars(judge):
+    problem = repair_problems(1, seed=2)[0]
+    env = CodeRepair(problem, config("env.feedback_chars=400"))
+    long = env.observe("", judge(env.submissions("```python\nprint('y' * 300)\n```")))
+    assert "Your output:\n" + "y" * 255 + "...\n" in long.observation
+    short = env.observe("", judge(env.submissions("```python\nprint('y' * 30)\n```")))
+    assert "Your output:\n" + "y" * 30 + "\n" in short.observation
+
+
 def test_split_keeps_a_datasets_own_split_and_needs_a_hidden_test():
     tests = TestSet(stdio=[StdioTest(str(i), str(i)) for i in range(5)])
     problem = Problem("p", "q", "code", tests=tests, meta={"visible_tests": 2})

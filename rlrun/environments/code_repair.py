@@ -41,6 +41,7 @@ from rlrun.data.prompts import instruction
 from rlrun.environments.base import EnvError, Feedback
 from rlrun.records import JudgeResult, Problem, Submission, Tests, Verdict
 from rlrun.rewards.code import extract_code
+from rlrun.sandbox.judge import HEAD, judged_tests
 
 if TYPE_CHECKING:
     from rlrun.config import Config
@@ -98,8 +99,6 @@ class CodeRepair:
 
     def __init__(self, problem: Problem, cfg: Config) -> None:
         self.problem, self.cfg = problem, cfg
-        from rlrun.sandbox.judge import judged_tests
-
         visible, self.hidden = split_tests(problem, cfg.env.visible_tests)
         # What a submission runs and so what feedback can quote: `sandbox.max_tests` may judge a
         # subset of the visible tests, and the verdicts come in the subset's order.
@@ -156,14 +155,17 @@ class CodeRepair:
                  f"{_STATUS_TEXT.get(verdict.status, verdict.status)}"
                  + (f" ({self._time_limit()} s)." if verdict.status == "time_limit" else ".")]
         lines += self._case(index, chars)
+        # A verdict keeps HEAD characters of the output and of stderr, so one that long may have
+        # been cut there: quoted one shorter, it shows the "..." that says so.
+        quoted = min(chars, HEAD - 1)
         if verdict.status == "wrong_answer" and self.visible.stdio:
-            lines += ["Your output:", _cut(verdict.stdout_head, chars)]
+            lines += ["Your output:", _cut(verdict.stdout_head, quoted)]
         elif verdict.status == "wrong_answer":
             # A call test's value is in the verdict's detail ("returned [1, 2]"); what the
             # function printed says nothing about it.
             lines += ["Your function:", _cut(verdict.detail, chars)]
         elif verdict.status == "runtime_error":
-            lines += ["Error:", _cut(_own_frames(verdict.stderr_head) or verdict.detail, chars,
+            lines += ["Error:", _cut(_own_frames(verdict.stderr_head) or verdict.detail, quoted,
                                      tail=True)]
         return "\n".join(lines) + "\n"
 
