@@ -180,8 +180,11 @@ class ExecutorSlot:
         return reply
 
     def _read(self, fd: int, n: int, deadline: float) -> bytearray:
-        buf = bytearray()
-        while len(buf) < n:
+        # Read into one buffer of the final size: growing one (and os.read's buffer of the
+        # remaining size per call) left a reply's worth of freed blocks behind in the allocator.
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ExecutorFailure(f"executor did not reply within the deadline "
@@ -189,11 +192,11 @@ class ExecutorSlot:
             ready, _, _ = select.select([fd], [], [], left)
             if not ready:
                 continue
-            chunk = os.read(fd, n - len(buf))
-            if not chunk:
+            k = os.readv(fd, [view[got:]])
+            if not k:
                 code = self.proc.poll() if self.proc else None
                 raise ExecutorFailure(f"executor exited (status {code}): {self.stderr_tail()}")
-            buf += chunk
+            got += k
         return buf
 
 

@@ -107,17 +107,22 @@ def test_output_that_is_not_utf8_is_compared_as_bytes_and_shown_as_text(judge) -
 
 
 # 16 tests that each print just under the output cap in bytes that JSON would escape into six.
+# Prints the MB the judge read (pipes included) and the peak MB of the judge and the executor.
 ESCAPED_OUTPUT = """
 import resource
 from rlrun.config import SandboxConfig
 from rlrun.records import StdioTest, Submission, Tests
 from rlrun.sandbox import Judge
+def read_mb():
+    return int(open("/proc/self/io").read().split()[1]) >> 20
 code = "import sys\\nsys.stdout.buffer.write(b'\\\\x01\\\\xe9' * ((4 << 20) - 64))\\n"
 tests = Tests(stdio=[StdioTest(str(i), "0") for i in range(16)])
 with Judge("process", 1, SandboxConfig(stop_on_first_failure=False)) as j:
+    before = read_mb()
     (res,) = j.judge([Submission("s", code, "python", tests)])
+    read = read_mb() - before
 print(res.status, len(res.tests), repr(res.tests[0].stdout_head[:4]), res.tests[-1].detail)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10,
+print(read, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10,
       resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss >> 10)
 """
 
@@ -125,16 +130,18 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss >> 10,
 @pytestmark_system
 def test_outputs_json_would_escape_travel_as_bytes() -> None:
     """Sixteen tests of 8 MB of control bytes and Latin-1 each: as JSON text the reply was
-    1.7 GB in the executor and again in the judge; as bytes after the frame, 270 and 170 MB."""
+    768 MB, built in the executor (1.8 GB at its peak) and read by the judge (1.8 GB); as
+    bytes after the frame, 128 MB (the executor's peak 270 MB, the judge's 170 MB here)."""
     if can_isolate():
         pytest.skip(can_isolate())
     proc = subprocess.run([sys.executable, "-c", ESCAPED_OUTPUT], capture_output=True,
                           text=True, timeout=120, cwd=Path(__file__).parents[2])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    verdict, peaks = proc.stdout.splitlines()
+    verdict, sizes = proc.stdout.splitlines()
     assert verdict == "wrong_answer 16 '\\x01\ufffd\\x01\ufffd' output differs"
-    judge_mb, executor_mb = map(int, peaks.split())
-    assert judge_mb < 500 and executor_mb < 500, (judge_mb, executor_mb)
+    read_mb, judge_mb, executor_mb = map(int, sizes.split())
+    # What the judge reads is the wire format; its own peak depends on its allocator as well.
+    assert read_mb < 160 and executor_mb < 500, (read_mb, judge_mb, executor_mb)
 
 
 @pytestmark_system
