@@ -51,6 +51,8 @@ class ObservationTokens:
     def __init__(self, tokenizer: Any, chat: bool) -> None:
         self.tokenizer = tokenizer
         self.head, self.tail = _chat_frame(tokenizer) if chat else ("\n", "\n")
+        # The frame around every observation: tokenized once, not per turn.
+        self.head_ids, self.tail_ids = self._tokens(self.head), self._tokens(self.tail)
 
     def frame(self, observation: str) -> str:
         """`observation` as the text of a user turn after a model turn."""
@@ -64,11 +66,10 @@ class ObservationTokens:
         the program's output, so its text is tokenized as text: a program that prints
         `<|im_end|>` or `</s>` gets those characters into the model's context, not the control
         tokens, which would end the user turn or start a fake one."""
-        head = self._tokens(self.head)
+        head = self.head_ids
         if last_token is not None and head[:1] == [last_token]:
             head = head[1:]
-        return (head + self._tokens(observation, split_special_tokens=True)
-                + self._tokens(self.tail))
+        return head + self._tokens(observation, split_special_tokens=True) + self.tail_ids
 
     def _tokens(self, text: str, **kwargs: Any) -> list[int]:
         if not text:
