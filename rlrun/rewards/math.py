@@ -36,7 +36,9 @@ CLIP_CHARS = 300
 # few MB; over the bound the check fails with MemoryError, a wrong answer.
 VERIFY_MEMORY_BYTES = 512 << 20
 
-_STRICT = re.compile(r"#### *\$? *(\+?[-\u2212]?\$?[0-9\.\,]+)")
+# The answer after "####" has a digit ("#### ." is no answer); the two runs around the first
+# digit take different characters, so a string splits one way only.
+_STRICT = re.compile(r"#### *\$? *(\+?[-\u2212]?\$?[.,]*\d[0-9.,]*)")
 # A number: digit groups with thousands commas or plain digits, an optional decimal part. A sign
 # (a Unicode minus too) counts only when it does not follow a word or a digit (so the "-" in
 # "12-3" is not a sign).
@@ -50,7 +52,6 @@ _SEPARATOR = re.compile(r"[,\s]")
 _LATEX_SEPARATOR = re.compile(r"\{,\}|\\[,!]")
 _CURRENCY = re.compile(r"\\?\$")
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
-_DIGIT = re.compile(r"\d")
 
 
 @dataclass
@@ -92,12 +93,10 @@ def find_answer(text: str, mode: str) -> Span | None:
     tail = text[offset:]
     if mode in ("strict", "flexible"):
         pattern, group = (_STRICT, 1) if mode == "strict" else (_NUMBER, 0)
-        # The strict pattern also takes "." or ",", which are no answer; a flexible match always
-        # has a digit.
-        m = next((m for m in reversed(list(pattern.finditer(tail)))
-                  if mode == "flexible" or _DIGIT.search(m.group(group))), None)
-        if m is None:
+        matches = list(pattern.finditer(tail))
+        if not matches:
             return None
+        m = matches[-1]
         return Span(m.group(group), offset + m.start(group), offset + m.end(group))
     span = _last_boxed(text)
     return find_answer(text, "flexible") if span is None and mode == "math_verify" else span
