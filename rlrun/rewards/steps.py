@@ -12,11 +12,13 @@ writes down (docs/rewards.md, "Step rewards"):
 
 Numbers may carry thousands commas (`80,000`), decimals (`1.5`, `.5`), an ignored currency sign
 (`$`, `€`, `£`) and a percent sign; fractions are divisions (`3/4`). LaTeX's math delimiters
-(`\\(`, `\\)`, `\\[`, `\\]`) are blanks. A side of an `=` is the longest run of numbers,
-operators and parentheses next to it, less a parenthesis that opens after it or closes before
-it (`3 * 4 = 12 (so)`); words end a run, so `16 - 3 - 4 = 9 eggs` claims 16 - 3 - 4 = 9. An
-equality outside a chain is a claim only when one side computes (an operator, not a bare
-number): `60 = 1 hour` and `2 hours = 120 minutes` claim nothing.
+(`\\(`, `\\)`, `\\[`, `\\]`) are blanks, and so is a Markdown list marker that starts a line
+(`- 5 + 3 = 8` claims 5 + 3 = 8; `-5 + 3 = -2` starts with a signed number). A side of an
+`=` is the longest run of numbers, operators and parentheses next to it, less a parenthesis
+that opens after it or closes before it (`3 * 4 = 12 (so)`); words end a run, so
+`16 - 3 - 4 = 9 eggs` claims 16 - 3 - 4 = 9. An equality outside a chain is a claim only when
+one side computes (an operator, not a bare number): `60 = 1 hour` and `2 hours = 120 minutes`
+claim nothing.
 
 Evaluation is exact (`fractions.Fraction`) by a hand-written tokenizer and recursive-descent
 parser, never `eval`. An equality holds when both sides are equal, or when one side is a bare
@@ -59,6 +61,10 @@ MAX_CLAIM_TEXT = 120  # characters of a claim's text kept in its record
 
 # A line from its first to its last non-blank character.
 _STEP = re.compile(r"\S(?:[^\n]*\S)?")
+# A Markdown list item's marker at a step's start ("- ", "* ", "+ ", "2. ", "2) "): the item's
+# text follows it, so "- 5 + 3 = 8" claims 5 + 3 = 8, not -5 + 3 = 8 (CommonMark: a marker is
+# followed by a blank; "-5 + 3" is a signed number).
+_LIST_MARKER = re.compile(r"(?:[-*+•]|\d{1,9}[.)])[ \t]+")
 # GSM8K's calculator annotations. Bounded and without nested quantifiers: linear time.
 _ANNOTATION = re.compile(rf"<<([^<>\n]{{0,{MAX_ANNOTATION}}})>>")
 _CURRENCY = frozenset("$€£")  # signs that carry no value: read as blanks
@@ -139,7 +145,10 @@ def step_verdict(claims: list[Claim]) -> StepVerdict:
 
 
 def check_line(text: str, start: int, end: int) -> list[Claim]:
-    """The claims of `text[start:end]`: its annotations', then its text's with them blanked."""
+    """The claims of `text[start:end]`, less a list marker at its start: its annotations', then
+    its text's with them blanked."""
+    if marker := _LIST_MARKER.match(text, start, end):
+        start = marker.end()
     claims: list[Claim] = []
     surface = list(text[start:end])
     for m in _ANNOTATION.finditer(text, start, end):

@@ -52,6 +52,12 @@ def verdict(line: str) -> str:
         "\\[ 3 \\cdot 4 = 12 \\]",
         "Total: -5 + 3 = -2",
         "3 * 4 = 12 (so)",
+        # a Markdown list item: the marker is not a sign or an operator
+        "- 5 + 3 = 8",
+        "* 5 + 3 = 8",
+        "2) 5 + 3 = 8",
+        "- 3 - 5 = -2",
+        "- -5 + 3 = -2",
     ],
 )
 def test_correct_steps(line):
@@ -76,6 +82,8 @@ def test_correct_steps(line):
         # wrapped as LaTeX math or followed by words in parentheses, still checked
         "\\( 3 \\times 4 = 13 \\)",
         "3 * 4 = 13 (so)",
+        "- 5 + 3 = -2",  # a list item: 5 + 3 is claimed
+        "-5 + 3 = 8",  # no blank after the minus: a signed number, not a list marker
     ],
 )
 def test_wrong_steps(line):
