@@ -12,13 +12,13 @@ writes down (docs/rewards.md, "Step rewards"):
 
 Numbers may carry thousands commas (`80,000`), decimals (`1.5`, `.5`), an ignored currency sign
 (`$`, `€`, `£`) and a percent sign; fractions are divisions (`3/4`). LaTeX's math delimiters
-(`\\(`, `\\)`, `\\[`, `\\]`) are blanks, and so is a Markdown list marker that starts a line
-(`- 5 + 3 = 8` claims 5 + 3 = 8; `-5 + 3 = -2` starts with a signed number). A side of an
-`=` is the longest run of numbers, operators and parentheses next to it, less a parenthesis
-that opens after it or closes before it (`3 * 4 = 12 (so)`); words end a run, so
-`16 - 3 - 4 = 9 eggs` claims 16 - 3 - 4 = 9. An equality outside a chain is a claim only when
-one side computes (an operator, not a bare number): `60 = 1 hour` and `2 hours = 120 minutes`
-claim nothing.
+(`\\(`, `\\)`, `\\[`, `\\]`) are blanks, and so are Markdown's bold (`**`, `__`) and a list
+marker that starts a line (`- 5 + 3 = 8` claims 5 + 3 = 8; `-5 + 3 = -2` starts with a signed
+number). A side of an `=` is the longest run of numbers, operators and parentheses next to it,
+less a parenthesis that opens after it or closes before it (`3 * 4 = 12 (so)`); words end a
+run, so `16 - 3 - 4 = 9 eggs` claims 16 - 3 - 4 = 9. An equality outside a chain is a claim
+only when one side computes (an operator, not a bare number): `60 = 1 hour` and `2 hours = 120
+minutes` claim nothing.
 
 Evaluation is exact (`fractions.Fraction`) by a hand-written tokenizer and recursive-descent
 parser, never `eval`. An equality holds when both sides are equal, or when one side is a bare
@@ -208,6 +208,17 @@ def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
         ):
             tok, i = _number(text, i, end)
             toks.append(tok)
+        elif ch in "*_" and text.startswith(ch * 2, i, end):
+            # Markdown's bold ("**5 + 3 = 8**", "**Step 1:** 5 * 4 = 20") is a blank; "**"
+            # between operands ("2**10") is an exponent, which is not evaluated.
+            j = i + 2
+            while j < end and text[j] == ch:
+                j += 1
+            if ch == "*" and i > start and j < end and (text[i - 1] in _DIGITS or
+                                                        text[i - 1] == ")") \
+                    and (text[j] in _DIGITS or text[j] in "(."):
+                toks.append(_Tok("bad", i, j))
+            i = j
         elif ch in _SYMBOLS:
             kind, op = _SYMBOLS[ch]
             toks.append(_Tok(kind, i, i + 1, op))

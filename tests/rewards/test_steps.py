@@ -58,6 +58,10 @@ def verdict(line: str) -> str:
         "2) 5 + 3 = 8",
         "- 3 - 5 = -2",
         "- -5 + 3 = -2",
+        # Markdown's bold is not an operator
+        "**5 + 3 = 8**",
+        "1. **Eggs laid:** 16 - 3 - 4 = 9",
+        "__5 + 3 = 8__",
     ],
 )
 def test_correct_steps(line):
@@ -84,6 +88,7 @@ def test_correct_steps(line):
         "3 * 4 = 13 (so)",
         "- 5 + 3 = -2",  # a list item: 5 + 3 is claimed
         "-5 + 3 = 8",  # no blank after the minus: a signed number, not a list marker
+        "**Step 1:** 5 * 4 = 21",
     ],
 )
 def test_wrong_steps(line):
@@ -104,6 +109,8 @@ def test_wrong_steps(line):
         "250=(5/2)x",
         "2^10 = 1024",  # exponents are not supported
         "2**10 = 1024",
+        "(2)**3 = 8",
+        "2 ** 10 = 1024",
         "5/0 = 1",
         "x = 5 + y",
         # the run starts after a symbol that is part of what is computed
