@@ -4,6 +4,12 @@ import os
 
 import pytest
 
+# Ray Train's controller looks at its workers every 2 s by default, so each SFT warm-start in a
+# test waited up to 2 s to notice it had started and again that it had ended; a quarter second
+# is as correct and the suite runs a dozen of them. Set here, before any test starts Ray or a
+# subprocess, so both inherit it.
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+
 # Modules whose tests start multi-node clusters (network-namespace hosts, `ray start --head`):
 # under pytest-xdist they share one worker, so two of them never compete for the cores.
 CLUSTER_MODULES = {

@@ -61,6 +61,11 @@ def test_problems_without_reference_are_left_out() -> None:
     assert "####" in rows[0]["prompt"]  # the answer-format instruction
 
 
+# Low (2 of 64 sampled answers right): the step that first reaches an accuracy depends on the
+# CPU's float kernels, and 0.1 took 25 steps on one machine and 55 on another.
+TARGET = 0.03
+
+
 @pytest.mark.slow
 def test_sft_in_ray_train_stops_at_the_accuracy_target(tmp_path) -> None:
     """A real SFTTrainer run in a Ray Train worker: the target is met and the model loads."""
@@ -72,7 +77,7 @@ def test_sft_in_ray_train_stops_at_the_accuracy_target(tmp_path) -> None:
     cfg = load_config(None, [
         f"run.output_dir={tmp_path}/run", "data.train=toy:arithmetic", "data.toy_size=400",
         "sft.enabled=true", "sft.lr=3e-3", "sft.batch_size=32", "sft.max_steps=400",
-        "sft.eval_every=25", "sft.target_accuracy=0.1", "trainer.eval_samples=2",
+        "sft.eval_every=10", f"sft.target_accuracy={TARGET}", "trainer.eval_samples=2",
         "learner.num_cpus=1", "rollout.sampling.max_new_tokens=24",
     ])
     problems = arithmetic_problems(400, 0)
@@ -83,8 +88,8 @@ def test_sft_in_ray_train_stops_at_the_accuracy_target(tmp_path) -> None:
         result = run_sft(cfg, path, train, val)
     finally:
         ray.shutdown()
-    assert result.accuracy >= 0.1
+    assert result.accuracy >= TARGET
     assert result.steps < 400
     assert result.history[-1]["accuracy"] == result.accuracy
-    assert all(h["accuracy"] < 0.1 for h in result.history[:-1])
+    assert all(h["accuracy"] < TARGET for h in result.history[:-1])
     load_causal_lm(result.model_path)
