@@ -11,28 +11,34 @@ writes down (docs/rewards.md, "Step rewards"):
   checked as if they were not there (`48/2 = <<48/2=24>>24` asserts 48/2 = 24 twice).
 
 Numbers may carry thousands commas (`80,000`), decimals (`1.5`, `.5`), an ignored currency sign
-(`$`, `€`, `£`) and a percent sign; fractions are divisions (`3/4`). LaTeX's math delimiters
-(`\\(`, `\\)`, `\\[`, `\\]`) are blanks, and so are Markdown's bold (`**`, `__`) and a list
-marker that starts a line (`- 5 + 3 = 8` claims 5 + 3 = 8; `-5 + 3 = -2` starts with a signed
-number). A side of an `=` is the longest run of numbers, operators and parentheses next to it,
-less a parenthesis that opens after it or closes before it (`3 * 4 = 12 (so)`); words end a
-run, so `16 - 3 - 4 = 9 eggs` claims 16 - 3 - 4 = 9. An equality outside a chain is a claim
-only when one side computes (an operator, not a bare number): `60 = 1 hour` and `2 hours = 120
-minutes` claim nothing.
+(`$`, `€`, `£`, LaTeX's `\\$`) and a percent sign (`%`, `\\%`); fractions are divisions (`3/4`).
+LaTeX's math delimiters (`\\(`, `\\)`, `\\[`, `\\]`) and thin spaces are blanks, and so are
+Markdown's bold (`**`, `__`) and a list marker that starts a line (`- 5 + 3 = 8` claims 5 + 3 =
+8; `-5 + 3 = -2` starts with a signed number). A side of an `=` is the longest run of numbers,
+operators and parentheses next to it, less a parenthesis that opens after it or closes before it
+(`3 * 4 = 12 (so)`); words end a run, so `16 - 3 - 4 = 9 eggs` claims 16 - 3 - 4 = 9. An
+equality outside a chain is a claim only when one side computes (an operator, not a bare
+number): `60 = 1 hour` and `2 hours = 120 minutes` claim nothing; nor does a bare number that
+ends a phrase, which names what the other side computes (`Half of 30 = 30 / 2 = 15` and `Week 2
+= 35 + 35 = 70` claim only what follows).
 
 Evaluation is exact (`fractions.Fraction`) by a hand-written tokenizer and recursive-descent
 parser, never `eval`. An equality holds when both sides are equal, or when one side is a bare
-number written with d >= 1 decimals within 10^-d of the other (`10/3 = 3.33`). A percent is
-hundredths (`20% * 50 = 10`) or a unit on a computed percentage (`30/120*100 = 25%`): either
-reading may make it hold.
+number written with d >= 1 decimals within 10^-d of the other (`10/3 = 3.33`), or a percentage
+within 10^-d points (`1/3 = 33%`). A percent is hundredths (`20% * 50 = 10`), or, on a written
+result alone, a unit (`30/120*100 = 25%`, `45 + 21 + 28 = 94%`): either reading may make that
+hold. On an operand it is hundredths only (`80 * 15% = 1,200` is wrong).
 
 A claim is uncheckable, not wrong, past a limit (`MAX_DIGITS` digits in a number, `MAX_BITS`
 bits in a value, `MAX_TOKENS` tokens or `MAX_DEPTH` nested parentheses on a side), on division
 by zero, an exponent (`^`, `**`: unsupported, so `9^9^9^9` costs nothing), or a run that starts
-right after a word or a symbol, or with an operator after one (`sqrt(16) + 2`, `√16 + 2`,
-`eggs - 3`, `5! + 1`, `\\frac{48}{2} + 10`). The limits bound work per token: checking takes
-time linear in the text's length, whatever the text. Training also leaves uncheckable a last
-line that the token limit cut off (`rlrun.rewards.reward`).
+right after a word or a symbol, or with an operator after one (`sqrt(16) + 2`, `√16 + 2`, `eggs
+- 3`, `5! + 1`, `\\frac{48}{2} + 10`) or after a parenthesis it does not open (`(2 * x) - 3`), a
+run that is a factor of the words before it (`pages x 1/3`, `divided by 4 + 2`, `half of 20 +
+6`, `20% of (50 + 10)`), and a value given in parts (`25 / 4 = 6 remainder 1`, `17 / 3 = 5 and
+2/3`). The limits bound work per token: checking takes time linear in the text's length,
+whatever the text. Training also leaves uncheckable a last line that the token limit cut off
+(`rlrun.rewards.reward`).
 
 A step is `wrong` when any claim is false (whether or not the final answer depends on it), else
 `correct` when a claim was checked, else `uncheckable`. `check_steps(text)` returns one `Step`
@@ -68,7 +74,8 @@ _LIST_MARKER = re.compile(r"(?:[-*+•]|\d{1,9}[.)])[ \t]+")
 # GSM8K's calculator annotations. Bounded and without nested quantifiers: linear time.
 _ANNOTATION = re.compile(rf"<<([^<>\n]{{0,{MAX_ANNOTATION}}})>>")
 _CURRENCY = frozenset("$€£")  # signs that carry no value: read as blanks
-_MATH_DELIMITERS = ("\\(", "\\)", "\\[", "\\]")  # LaTeX's inline and display math: blanks too
+# LaTeX's inline and display math, an escaped currency sign and thin spaces: blanks too.
+_LATEX_BLANKS = ("\\(", "\\)", "\\[", "\\]", "\\$", "\\,", "\\;", "\\!")
 _OPS = {"+": "+", "-": "-", "−": "-", "–": "-", "*": "*", "/": "/", "×": "*", "÷": "/", "·": "*",
         "(": "(", ")": ")"}
 # One-character tokens as (kind, operator); "^" is not evaluated: a run holding it is uncheckable.
@@ -79,7 +86,13 @@ _VULGAR = {"½": Fraction(1, 2), "⅓": Fraction(1, 3), "⅔": Fraction(2, 3), "
            "¾": Fraction(3, 4), "⅕": Fraction(1, 5), "⅛": Fraction(1, 8)}
 # Words that make the number after them an operand of something before them: in "15 pages x
 # 1/3 = 5" the run next to "=" is not all the text computes. ("a total of 4 + 3 = 7" is.)
-_OPERATOR_WORDS = frozenset(["x", "X", "times", "plus", "minus", "per"])
+_OPERATOR_WORDS = frozenset(["x", "X", "times", "plus", "minus", "per", "by"])
+# "of" after a number or one of these makes the run after it a factor: "20% of (50 + 10)",
+# "half of 20 + 6". ("a total of 4 + 3 = 7" is whole.)
+_MULTIPLIER_WORDS = frozenset(["half", "third", "thirds", "quarter", "quarters", "fourth",
+                               "fourths", "fifth", "fifths", "twice", "double", "triple"])
+# A word after an integer quotient that makes it one part of the answer: "25 / 4 = 6 remainder 1".
+_REMAINDER_WORDS = frozenset(["remainder", "rem", "R", "r"])
 
 
 class Uncheckable(Exception):
@@ -201,7 +214,7 @@ def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
         ch = text[i]
         if ch.isspace() or ch in _CURRENCY:
             i += 1
-        elif ch == "\\" and text.startswith(_MATH_DELIMITERS, i, end):
+        elif ch == "\\" and text.startswith(_LATEX_BLANKS, i, end):
             i += 2
         elif ch in _DIGITS or ch in _VULGAR or (
             ch == "." and i + 1 < end and text[i + 1] in _DIGITS
@@ -280,14 +293,15 @@ def _number(text: str, i: int, end: int) -> tuple[_Tok, int]:
         j = k
     vulgar = _VULGAR.get(text[j], 0) if j < end and not frac_digits else 0
     j += vulgar != 0
-    percent = j < end and text[j] == "%"
+    # LaTeX escapes the sign: "20\\%".
+    percent = 2 if text.startswith("\\%", j, end) else int(j < end and text[j] == "%")
     j += percent
     digits = len(int_digits) + len(frac_digits)
     value = None
     if digits <= MAX_DIGITS:
         scale = 10 ** len(frac_digits)
         value = Fraction(int(int_digits or "0") * scale + int(frac_digits or "0"), scale) + vulgar
-    return _Tok("num", i, j, value=value, decimals=len(frac_digits), percent=percent), j
+    return _Tok("num", i, j, value=value, decimals=len(frac_digits), percent=percent > 0), j
 
 
 def _claims(text: str, start: int, end: int, source: str) -> list[Claim]:
@@ -329,6 +343,11 @@ def _check(
     lhs, rhs = toks[left[0] : left[1]], toks[right[0] : right[1]]
     if not (chained or _computes(lhs) or _computes(rhs)):
         return None  # "60 = 1 hour": no arithmetic asserted (in "5 + 3 = 8 = 9", "8 = 9" is)
+    if len(lhs) == 1 and lhs[0].kind == "num" and left[0] > 0 and (
+            toks[left[0] - 1].alpha or toks[left[0] - 1].word == "}"):
+        # A bare number that ends a phrase names what the other side computes: "Half of 30 =
+        # 30 / 2", "Week 2 = 35 + 35", "\\text{ of } 50 = 0.2 \\times 50".
+        return None
     written = " ".join(text[lhs[0].start : rhs[-1].end].split())
     if len(written) > MAX_CLAIM_TEXT:
         written = written[: MAX_CLAIM_TEXT - 3] + "..."
@@ -350,6 +369,10 @@ def _guard_start(toks: list[_Tok], j: int) -> None:
     if j == 0:
         return
     before, first = toks[j - 1], toks[j]
+    if before.op == ")" and first.kind == "op" and first.op != "(":
+        # The run was cut after a parenthesis that closes a group with a word in it: "(2 * x)
+        # - 3", "(7 * V) + (4 * 5)".
+        raise Uncheckable("a run that starts with an operator after a closing parenthesis")
     if before.kind != "word":
         return
     if before.end == first.start:
@@ -360,18 +383,27 @@ def _guard_start(toks: list[_Tok], j: int) -> None:
         raise Uncheckable("a run that starts with an operator after a word or a symbol")
     if before.word in _OPERATOR_WORDS:
         raise Uncheckable(f"a run after {before.word!r}")
+    if before.word == "of" and j >= 2 and (
+            toks[j - 2].kind == "num" or toks[j - 2].word.lower() in _MULTIPLIER_WORDS):
+        raise Uncheckable("a run after a multiplier's 'of'")
 
 
 def _guard_end(toks: list[_Tok], j: int) -> None:
-    """A run followed by a one-letter word ("(5/2)x", "= 2x + 1") is a product with a variable."""
+    """A run followed by a one-letter word ("(5/2)x", "= 2x + 1") is a product with a variable;
+    one followed by a remainder ("= 6 remainder 1", "= 6 with a remainder of 1") or by the rest
+    of a mixed number ("= 5 and 2/3") is one part of a value."""
     if j < len(toks) and toks[j].alpha and len(toks[j].word) == 1 \
             and toks[j].start == toks[j - 1].end:
         raise Uncheckable("a run attached to a variable")
+    if any(t.word in _REMAINDER_WORDS for t in toks[j : j + 4]):
+        raise Uncheckable("a quotient with a remainder")
+    if j + 2 < len(toks) and toks[j].word == "and" and toks[j + 1].kind == "num" \
+            and toks[j + 2].op == "/":
+        raise Uncheckable("a mixed number")
 
 
 def _equal(lhs: list[_Tok], rhs: list[_Tok]) -> bool:
-    percent = any(t.percent for t in lhs + rhs)
-    for percent_unit in (False, True) if percent else (False,):
+    for percent_unit in (False, True) if _percent_unit(lhs, rhs) else (False,):
         a = _Parser(lhs, percent_unit).parse()
         b = _Parser(rhs, percent_unit).parse()
         if a == b or _rounded(lhs, a, b, percent_unit) or _rounded(rhs, b, a, percent_unit):
@@ -379,10 +411,18 @@ def _equal(lhs: list[_Tok], rhs: list[_Tok]) -> bool:
     return False
 
 
+def _percent_unit(lhs: list[_Tok], rhs: list[_Tok]) -> bool:
+    """Whether a percent sign may be read as a unit: on a written result only ("30/120*100 =
+    25%", "45 + 21 + 28 = 94%"); in "80 x 15% = 1,200" it is hundredths, and the step wrong."""
+    return any(len(side) == 1 and side[0].percent and not any(t.percent for t in other)
+               for side, other in ((lhs, rhs), (rhs, lhs)))
+
+
 def _rounded(side: list[_Tok], written: Fraction, exact: Fraction, percent_unit: bool) -> bool:
     """A bare number written with d >= 1 decimals within 10^-d of the exact value (rounded or
-    truncated)."""
-    if len(side) != 1 or side[0].kind != "num" or side[0].decimals == 0:
+    truncated); a percentage also with d = 0, in points ("1/3 = 33%")."""
+    if len(side) != 1 or side[0].kind != "num" or (side[0].decimals == 0 and not (
+            side[0].percent and not percent_unit)):
         return False
     tok = side[0]
     tolerance = Fraction(1, 10**tok.decimals)

@@ -62,6 +62,17 @@ def verdict(line: str) -> str:
         "**5 + 3 = 8**",
         "1. **Eggs laid:** 16 - 3 - 4 = 9",
         "__5 + 3 = 8__",
+        # a number that ends a phrase names what the next side computes: no claim of its own
+        "15% of $80 = 0.15 × $80 = $12",
+        "Half of 30 = 30 / 2 = 15",
+        "Week 1 + Week 2 = 35 + 35 = 70 hours",
+        # LaTeX's escaped dollar and percent signs, a thin space
+        "\\( 9 \\times \\$2 = \\$18 \\)",
+        "\\( 50 \\times 20\\% = 10 \\)",
+        "\\( 9 \\times 2 = 18\\,\\text{hours} \\)",
+        # a percentage rounded to whole points; percentage points summed
+        "1/3 = 33%",
+        "45 + 21 + 28 = 94%",
     ],
 )
 def test_correct_steps(line):
@@ -89,6 +100,10 @@ def test_correct_steps(line):
         "- 5 + 3 = -2",  # a list item: 5 + 3 is claimed
         "-5 + 3 = 8",  # no blank after the minus: a signed number, not a list marker
         "**Step 1:** 5 * 4 = 21",
+        "Half of 30 = 30 / 2 = 16",
+        # a percent on an operand is hundredths: the step forgot to divide by 100
+        "$80 × 15% = $1,200",
+        "6/24 = 24%",
     ],
 )
 def test_wrong_steps(line):
@@ -119,6 +134,17 @@ def test_wrong_steps(line):
         "The total is 5! + 1 = 121",
         "180° - 90 - 30 = 60",
         "4² + 1 = 17",
+        # the run starts after a parenthesis that closes a group with a word in it
+        "(2 * x) - 3 = 15",
+        "(7 * V) + (4 * 5) = $69",
+        # a quotient with a remainder, a mixed number
+        "25 ÷ 4 = 6 remainder 1",
+        "25 ÷ 4 = 6 with a remainder of 1",
+        "17 / 3 = 5 and 2/3",
+        # the run is a factor of what comes before it
+        "20% of ($50 + $10) = $12",
+        "Half of 20 + 6 = 16",
+        "120 divided by 4 + 2 = 32",
     ],
 )
 def test_uncheckable_steps(line):
