@@ -227,9 +227,7 @@ def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
             j = i + 2
             while j < end and text[j] == ch:
                 j += 1
-            if ch == "*" and i > start and j < end and (text[i - 1] in _DIGITS or
-                                                        text[i - 1] == ")") \
-                    and (text[j] in _DIGITS or text[j] in "(."):
+            if ch == "*" and _between_operands(toks, text, j, end):
                 toks.append(_Tok("bad", i, j))
             i = j
         elif ch in _SYMBOLS:
@@ -254,7 +252,7 @@ def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
 
 
 def _between_operands(toks: list[_Tok], text: str, after: int, end: int) -> bool:
-    # "3 x 4": an x between a number (or a closing parenthesis) and a number or "(".
+    # "3 x 4", "2**10": between a number (or a closing parenthesis) and a number or "(".
     if not toks or not (toks[-1].kind == "num" or toks[-1].op == ")"):
         return False
     j = after
@@ -294,14 +292,14 @@ def _number(text: str, i: int, end: int) -> tuple[_Tok, int]:
     vulgar = _VULGAR.get(text[j], 0) if j < end and not frac_digits else 0
     j += vulgar != 0
     # LaTeX escapes the sign: "20\\%".
-    percent = 2 if text.startswith("\\%", j, end) else int(j < end and text[j] == "%")
-    j += percent
+    sign = next((p for p in ("%", "\\%") if text.startswith(p, j, end)), "")
+    j += len(sign)
     digits = len(int_digits) + len(frac_digits)
     value = None
     if digits <= MAX_DIGITS:
         scale = 10 ** len(frac_digits)
         value = Fraction(int(int_digits or "0") * scale + int(frac_digits or "0"), scale) + vulgar
-    return _Tok("num", i, j, value=value, decimals=len(frac_digits), percent=percent > 0), j
+    return _Tok("num", i, j, value=value, decimals=len(frac_digits), percent=bool(sign)), j
 
 
 def _claims(text: str, start: int, end: int, source: str) -> list[Claim]:
@@ -421,12 +419,14 @@ def _percent_unit(lhs: list[_Tok], rhs: list[_Tok]) -> bool:
 def _rounded(side: list[_Tok], written: Fraction, exact: Fraction, percent_unit: bool) -> bool:
     """A bare number written with d >= 1 decimals within 10^-d of the exact value (rounded or
     truncated); a percentage also with d = 0, in points ("1/3 = 33%")."""
-    if len(side) != 1 or side[0].kind != "num" or (side[0].decimals == 0 and not (
-            side[0].percent and not percent_unit)):
+    if len(side) != 1 or side[0].kind != "num":
         return False
     tok = side[0]
+    points = tok.percent and not percent_unit  # hundredths, rounded to the points written
+    if tok.decimals == 0 and not points:
+        return False
     tolerance = Fraction(1, 10**tok.decimals)
-    if tok.percent and not percent_unit:
+    if points:
         tolerance /= 100
     return abs(written - exact) < tolerance
 
