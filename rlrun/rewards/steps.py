@@ -4,9 +4,9 @@ A **step** is a non-blank line of the completion, stripped (GSM8K and instruct m
 computation a line; a one-paragraph solution is one step). Its **claims** are the equalities it
 writes down (docs/rewards.md, "Step rewards"):
 
-- `a op b = c`, with + - * / (also `x`, `×`, `÷`, `·` between numbers, `\\times`, `\\cdot`,
-  `\\div`), parentheses and unary minus; in a chain `a + b = c + d = e` each `=` is one claim
-  (`5 + 3 = 8 = 9` claims 8 = 9 too);
+- `a op b = c`, with + - * / (also `x`, `×`, `÷`, `·`, `⋅`, `∗`, `∕` between numbers,
+  `\\times`, `\\cdot`, `\\div`), parentheses and unary minus; in a chain `a + b = c + d = e`
+  each `=` is one claim (`5 + 3 = 8 = 9` claims 8 = 9 too);
 - GSM8K's calculator annotations `<<48/2=24>>`, checked on their own; the text around them is
   checked as if they were not there (`48/2 = <<48/2=24>>24` asserts 48/2 = 24 twice).
 
@@ -76,8 +76,10 @@ _ANNOTATION = re.compile(rf"<<([^<>\n]{{0,{MAX_ANNOTATION}}})>>")
 _CURRENCY = frozenset("$€£")  # signs that carry no value: read as blanks
 # LaTeX's inline and display math, an escaped currency sign and thin spaces: blanks too.
 _LATEX_BLANKS = ("\\(", "\\)", "\\[", "\\]", "\\$", "\\,", "\\;", "\\!")
+# "⋅" (dot operator), "∗" (asterisk operator) and "∕" (division slash) are the math-symbol
+# forms of "·", "*" and "/" that instruct models also write.
 _OPS = {"+": "+", "-": "-", "−": "-", "–": "-", "*": "*", "/": "/", "×": "*", "÷": "/", "·": "*",
-        "(": "(", ")": ")"}
+        "⋅": "*", "∗": "*", "∕": "/", "(": "(", ")": ")"}
 # One-character tokens as (kind, operator); "^" is not evaluated: a run holding it is uncheckable.
 _SYMBOLS = {"=": ("eq", ""), "^": ("bad", ""), **{ch: ("op", op) for ch, op in _OPS.items()}}
 _LATEX_OPS = {"\\times": "*", "\\cdot": "*", "\\div": "/"}

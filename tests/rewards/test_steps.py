@@ -44,6 +44,9 @@ def verdict(line: str) -> str:
         # other ways to write an operator, and unary minus
         "3 x 4 = 12",
         "12 ÷ 4 × 2 = 6",
+        "3 ⋅ 4 + 2 = 14",
+        "3 ∗ 4 = 12",
+        "12 ∕ 4 = 3",
         "120 – 80 - 15 = 25 more points",
         "5 - 10 = -5",
         "-(-3) + 1 = 4",
@@ -96,6 +99,7 @@ def test_correct_steps(line):
         "5 + 3 = 8 = 9",  # a bare link in a chain is a claim too
         # wrapped as LaTeX math or followed by words in parentheses, still checked
         "\\( 3 \\times 4 = 13 \\)",
+        "3 ⋅ 4 + 2 = 15",
         "3 * 4 = 13 (so)",
         "- 5 + 3 = -2",  # a list item: 5 + 3 is claimed
         "-5 + 3 = 8",  # no blank after the minus: a signed number, not a list marker
