@@ -11,7 +11,8 @@ writes down (docs/rewards.md, "Step rewards"):
   checked as if they were not there (`48/2 = <<48/2=24>>24` asserts 48/2 = 24 twice).
 
 Numbers may carry thousands commas (`80,000`), decimals (`1.5`, `.5`), an ignored currency sign
-(`$`, `€`, `£`, LaTeX's `\\$`) and a percent sign (`%`, `\\%`); fractions are divisions (`3/4`).
+(`$`, `€`, `£`, LaTeX's `\\$`) and a percent sign (`%`, `\\%`); fractions are divisions (`3/4`),
+and one written without blanks is one number (`25 / 1/3 = 75`; `12/4/3` is left to right).
 LaTeX's math delimiters (`\\(`, `\\)`, `\\[`, `\\]`) and thin spaces are blanks, and so are
 Markdown's bold (`**`, `__`) and a list marker that starts a line (`- 5 + 3 = 8` claims 5 + 3 =
 8; `-5 + 3 = -2` starts with a signed number). A side of an `=` is the longest run of numbers,
@@ -489,11 +490,17 @@ class _Parser:
     def _primary(self) -> Fraction:
         kind = self._peek()
         if kind == "num":
-            t = self.toks[self.pos]
-            self.pos += 1
-            if t.value is None:
-                raise Uncheckable(f"a number of more than {MAX_DIGITS} digits")
-            return t.value / 100 if t.percent and not self.percent_unit else t.value
+            value = self._number()
+            # A fraction written without blanks is one number, so "25 / 1/3 = 75" divides by a
+            # third, as its writer spaced it (GSM8K's references write it so); "12/4/3" and
+            # "12 / 4 / 3" still divide left to right.
+            if self._tight_fraction():
+                self.pos += 1
+                divisor = self._number()
+                if divisor == 0:
+                    raise Uncheckable("division by zero")
+                value = _bounded(value / divisor)
+            return value
         if kind == "(":
             self.pos += 1
             value = self._nested(self._expr)
@@ -502,6 +509,19 @@ class _Parser:
             self.pos += 1
             return value
         raise Uncheckable("not an arithmetic expression")
+
+    def _number(self) -> Fraction:
+        t = self.toks[self.pos]
+        self.pos += 1
+        if t.value is None:
+            raise Uncheckable(f"a number of more than {MAX_DIGITS} digits")
+        return t.value / 100 if t.percent and not self.percent_unit else t.value
+
+    def _tight_fraction(self) -> bool:
+        """Whether "/" and a number follow the number just read, with no blank between."""
+        toks, i = self.toks, self.pos
+        return (i + 1 < len(toks) and toks[i].op == "/" and toks[i + 1].kind == "num"
+                and toks[i - 1].end == toks[i].start and toks[i].end == toks[i + 1].start)
 
     def _nested(self, parse: Callable[[], Fraction]) -> Fraction:
         self.depth += 1

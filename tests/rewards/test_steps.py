@@ -45,6 +45,10 @@ def verdict(line: str) -> str:
         "3 x 4 = 12",
         "12 ÷ 4 × 2 = 6",
         "3 ⋅ 4 + 2 = 14",
+        # a fraction written without blanks is one number: divided by a third
+        "25 / 1/3 = 75",
+        "12/4/3 = 1",
+        "12 / 4 / 3 = 1",
         "3 ∗ 4 = 12",
         "12 ∕ 4 = 3",
         "120 – 80 - 15 = 25 more points",
@@ -100,6 +104,8 @@ def test_correct_steps(line):
         # wrapped as LaTeX math or followed by words in parentheses, still checked
         "\\( 3 \\times 4 = 13 \\)",
         "3 ⋅ 4 + 2 = 15",
+        "500/ 1/10 = 50",  # a GSM8K reference that meant 500 x 1/10
+        "12 / 4/3 = 1",
         "3 * 4 = 13 (so)",
         "- 5 + 3 = -2",  # a list item: 5 + 3 is claimed
         "-5 + 3 = 8",  # no blank after the minus: a signed number, not a list marker
