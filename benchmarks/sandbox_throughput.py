@@ -14,7 +14,12 @@ asserts), it measures tests per second of
       executor uses), or the compiled C++ binary, input on stdin, output compared in the parent
       (a call-based test prints the function's result as JSON; a harness test is the program,
       the harness and `check(add)` in one `python -c`, passing on exit status 0);
-  (d) one `docker run --rm -i --network none IMAGE ...` per test, the same way.
+  (d) one `docker run --rm -i --network none IMAGE ...` per test, the same way;
+  (e) for the stdin Python workloads, the floor of any design that forks a warm interpreter per
+      test, as the judge's executor does: a process of this interpreter that imports the
+      executor's PRELOAD modules once, then per test makes a memfd for stdin and a pipe, forks,
+      and runs the compiled program in the child, with no isolation at all (no namespaces,
+      uid, rlimits, seccomp, work directory or process-group kill), timed inside the process.
 
 Next to each wall-clock rate of (a) and (c) it reports the CPU time per test of every process
 the method started, which does not depend on what else runs on a shared machine, and from (a)'s
@@ -59,6 +64,8 @@ from pathlib import Path
 
 from docs_section import SMOKE_HELP, smoke_done
 from measure import cpu_name
+
+from rlrun.sandbox.executor import PRELOAD
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -146,6 +153,62 @@ def per_test_jobs(w: Workload, n: int, argv: list[str]) -> list[tuple[list[str],
                 for i in range(n)]
     full = [*argv, w.code] if w.language == "python" else argv
     return [(full, i, o) for i, o in cases(n)]
+
+
+# (e): run as `python -I -S -c FORK_FLOOR SPEC.json`; prints its wall and CPU seconds (its own
+# and its children's) over the tests and how many tests failed, as JSON.
+FORK_FLOOR = """
+import gc, json, os, sys, time
+spec = json.load(open(sys.argv[1]))
+for name in spec["preload"]:
+    __import__(name)
+code = compile(spec["code"], "main.py", "exec")
+gc.collect()
+gc.freeze()
+t0, c0 = time.perf_counter(), os.times()
+bad = 0
+for stdin, expected in spec["cases"]:
+    fd = os.memfd_create("stdin")
+    os.write(fd, stdin.encode())
+    os.lseek(fd, 0, os.SEEK_SET)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(fd, 0)
+        os.dup2(w, 1)
+        sys.stdin, sys.stdout = open(0), open(1, "w")
+        exec(code, {"__name__": "__main__"})
+        sys.stdout.flush()
+        os._exit(0)
+    os.close(w)
+    os.close(fd)
+    out = b""
+    while chunk := os.read(r, 1 << 16):
+        out += chunk
+    os.close(r)
+    status = os.waitpid(pid, 0)[1]
+    bad += status != 0 or out.decode().rstrip() != expected.rstrip()
+c = os.times()
+cpu = sum(c[:4]) - sum(c0[:4])
+print(json.dumps({"wall": time.perf_counter() - t0, "cpu": cpu, "bad": bad}))
+"""
+
+
+def run_fork_floor(w: Workload, n: int, workers: int, tmp: Path) -> tuple[float, float]:
+    """(tests/s, CPU ms per test) of (e): `workers` FORK_FLOOR processes at once, each on its
+    share of `n` tests; the slowest one's wall time counts."""
+    all_cases = cases(n)
+    procs = []
+    for k in range(workers):
+        spec = tmp / f"fork-floor-{k}.json"
+        spec.write_text(json.dumps({"preload": list(PRELOAD), "code": w.code,
+                                    "cases": all_cases[k::workers]}))
+        procs.append(subprocess.Popen([sys.executable, "-I", "-S", "-c", FORK_FLOOR, str(spec)],
+                                      stdout=subprocess.PIPE, text=True))
+    results = [json.loads(p.communicate()[0]) for p in procs]
+    if any(p.returncode or r["bad"] for p, r in zip(procs, results, strict=True)):
+        raise SystemExit(f"(e) on {w.name}: a fork-floor process failed: {results}")
+    return n / max(r["wall"] for r in results), 1000 * sum(r["cpu"] for r in results) / n
 
 
 def children_cpu_s() -> float:
@@ -301,6 +364,8 @@ def measure(w: Workload, workers: int, tmp: Path, docker_note: str | None, runs:
         docker_argv = ["/work/main"]
     row["c"], row["c_cpu"] = best(
         runs, lambda: run_per_test(per_test_jobs(w, n_sub, argv), w, workers))
+    if w.language == "python" and w.kind == "stdio":
+        row["e"], row["e_cpu"] = best(runs, lambda: run_fork_floor(w, w.n_tests, workers, tmp))
     if docker_note is None:
         mount = ["-v", f"{tmp}:/work:ro"] if w.language == "cpp" else []
         argv = ["docker", "run", "--rm", "-i", "--network", "none", *mount, IMAGE, *docker_argv]
@@ -317,15 +382,22 @@ def table(rows: dict[str, dict[str, float]], docker_note: str | None) -> str:
     lines = [
         "| workload | (a) rlrun judge, process | (a) marginal | (b) rlrun judge, docker | "
         "(c) subprocess per test | (d) docker run per test | (a) / (d) | "
-        f"CPU ms per test, (a) / (a) marginal / (c) | (a) marginal on {cpus} idle CPUs |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "(e) fork per test, no isolation | "
+        f"CPU ms per test, (a) / (a) marginal / (c) / (e) | (a) marginal on {cpus} idle CPUs | "
+        f"(e) on {cpus} idle CPUs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in rows.items():
         ratio = f"{row['a'] / row['d']:,.0f}x" if "d" in row else "—"
+        cpu = f"{row['a_cpu']:.2f} / {row['a_marginal_cpu']:.2f} / {row['c_cpu']:.2f}"
+        floor, floor_idle = "—", "—"
+        if "e" in row:
+            cpu += f" / {row['e_cpu']:.2f}"
+            floor, floor_idle = cell(row, "e"), f"{idle_rate(row['e_cpu']):,.0f}"
         lines.append(f"| {name} | {cell(row, 'a')} | {cell(row, 'a_marginal')} | "
                      f"{cell(row, 'b')} | {cell(row, 'c')} | {cell(row, 'd')} | {ratio} | "
-                     f"{row['a_cpu']:.2f} / {row['a_marginal_cpu']:.2f} / {row['c_cpu']:.2f} | "
-                     f"{idle_rate(row['a_marginal_cpu']):,.0f} |")
+                     f"{floor} | {cpu} | {idle_rate(row['a_marginal_cpu']):,.0f} | "
+                     f"{floor_idle} |")
     if docker_note:
         lines.append(f"\n(b) and (d) skipped: {docker_note}.")
     return "\n".join(lines)
