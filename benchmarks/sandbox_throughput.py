@@ -15,11 +15,13 @@ asserts), it measures tests per second of
       (a call-based test prints the function's result as JSON; a harness test is the program,
       the harness and `check(add)` in one `python -c`, passing on exit status 0);
   (d) one `docker run --rm -i --network none IMAGE ...` per test, the same way;
-  (e) for the stdin Python workloads, the floor of any design that forks a warm interpreter per
-      test, as the judge's executor does: a process of this interpreter that imports the
-      executor's PRELOAD modules once, then per test makes a memfd for stdin and a pipe, forks,
-      and runs the compiled program in the child, with no isolation at all (no namespaces,
-      uid, rlimits, seccomp, work directory or process-group kill), timed inside the process.
+  (e) for the stdin Python workloads, a plain fork server with no isolation, as one would write
+      it by hand: a process of this interpreter that imports the executor's PRELOAD modules
+      once, then per test makes a memfd for stdin and a pipe, forks, and runs the compiled
+      program in the child with fresh std streams (no namespaces, uid, rlimits, seccomp, work
+      directory or process-group kill), timed inside the process. The judge's executor forks
+      the same way and adds the isolation; what it saves per fork (streams built once, no
+      page of its own written while a child still shares it) is what (a) and (e) differ by.
 
 Next to each wall-clock rate of (a) and (c) it reports the CPU time per test of every process
 the method started, which does not depend on what else runs on a shared machine, and from (a)'s
@@ -155,9 +157,9 @@ def per_test_jobs(w: Workload, n: int, argv: list[str]) -> list[tuple[list[str],
     return [(full, i, o) for i, o in cases(n)]
 
 
-# (e): run as `python -I -S -c FORK_FLOOR SPEC.json`; prints its wall and CPU seconds (its own
+# (e): run as `python -I -S -c FORK_SERVER SPEC.json`; prints its wall and CPU seconds (its own
 # and its children's) over the tests and how many tests failed, as JSON.
-FORK_FLOOR = """
+FORK_SERVER = """
 import gc, json, os, sys, time
 spec = json.load(open(sys.argv[1]))
 for name in spec["preload"]:
@@ -194,20 +196,20 @@ print(json.dumps({"wall": time.perf_counter() - t0, "cpu": cpu, "bad": bad}))
 """
 
 
-def run_fork_floor(w: Workload, n: int, workers: int, tmp: Path) -> tuple[float, float]:
-    """(tests/s, CPU ms per test) of (e): `workers` FORK_FLOOR processes at once, each on its
+def run_fork_server(w: Workload, n: int, workers: int, tmp: Path) -> tuple[float, float]:
+    """(tests/s, CPU ms per test) of (e): `workers` FORK_SERVER processes at once, each on its
     share of `n` tests; the slowest one's wall time counts."""
     all_cases = cases(n)
     procs = []
     for k in range(workers):
-        spec = tmp / f"fork-floor-{k}.json"
+        spec = tmp / f"fork-server-{k}.json"
         spec.write_text(json.dumps({"preload": list(PRELOAD), "code": w.code,
                                     "cases": all_cases[k::workers]}))
-        procs.append(subprocess.Popen([sys.executable, "-I", "-S", "-c", FORK_FLOOR, str(spec)],
+        procs.append(subprocess.Popen([sys.executable, "-I", "-S", "-c", FORK_SERVER, str(spec)],
                                       stdout=subprocess.PIPE, text=True))
     results = [json.loads(p.communicate()[0]) for p in procs]
     if any(p.returncode or r["bad"] for p, r in zip(procs, results, strict=True)):
-        raise SystemExit(f"(e) on {w.name}: a fork-floor process failed: {results}")
+        raise SystemExit(f"(e) on {w.name}: a fork-server process failed: {results}")
     return n / max(r["wall"] for r in results), 1000 * sum(r["cpu"] for r in results) / n
 
 
@@ -365,7 +367,7 @@ def measure(w: Workload, workers: int, tmp: Path, docker_note: str | None, runs:
     row["c"], row["c_cpu"] = best(
         runs, lambda: run_per_test(per_test_jobs(w, n_sub, argv), w, workers))
     if w.language == "python" and w.kind == "stdio":
-        row["e"], row["e_cpu"] = best(runs, lambda: run_fork_floor(w, w.n_tests, workers, tmp))
+        row["e"], row["e_cpu"] = best(runs, lambda: run_fork_server(w, w.n_tests, workers, tmp))
     if docker_note is None:
         mount = ["-v", f"{tmp}:/work:ro"] if w.language == "cpp" else []
         argv = ["docker", "run", "--rm", "-i", "--network", "none", *mount, IMAGE, *docker_argv]
@@ -390,14 +392,14 @@ def table(rows: dict[str, dict[str, float]], docker_note: str | None) -> str:
     for name, row in rows.items():
         ratio = f"{row['a'] / row['d']:,.0f}x" if "d" in row else "—"
         cpu = f"{row['a_cpu']:.2f} / {row['a_marginal_cpu']:.2f} / {row['c_cpu']:.2f}"
-        floor, floor_idle = "—", "—"
+        plain, plain_idle = "—", "—"
         if "e" in row:
             cpu += f" / {row['e_cpu']:.2f}"
-            floor, floor_idle = cell(row, "e"), f"{idle_rate(row['e_cpu']):,.0f}"
+            plain, plain_idle = cell(row, "e"), f"{idle_rate(row['e_cpu']):,.0f}"
         lines.append(f"| {name} | {cell(row, 'a')} | {cell(row, 'a_marginal')} | "
                      f"{cell(row, 'b')} | {cell(row, 'c')} | {cell(row, 'd')} | {ratio} | "
-                     f"{floor} | {cpu} | {idle_rate(row['a_marginal_cpu']):,.0f} | "
-                     f"{floor_idle} |")
+                     f"{plain} | {cpu} | {idle_rate(row['a_marginal_cpu']):,.0f} | "
+                     f"{plain_idle} |")
     if docker_note:
         lines.append(f"\n(b) and (d) skipped: {docker_note}.")
     return "\n".join(lines)
@@ -509,9 +511,9 @@ def main(argv: list[str] | None = None) -> int:
         "the C++ binary compiled once, per test (a call prints the function's result as JSON; "
         "a harness runs program, harness and `check(add)` in that one process); "
         "(d) starts `docker run --rm -i --network none` per test; "
-        "(e), for stdin Python, is the floor of any design that forks a warm interpreter per "
-        "test: a process of this interpreter with the executor's preloaded modules forks per "
-        "test and runs the program with stdin from a memfd and stdout to a pipe, with no "
+        "(e), for stdin Python, is a plain fork server written by hand: a process of this "
+        "interpreter with the executor's preloaded modules forks per test and runs the "
+        "program with fresh std streams, stdin from a memfd and stdout to a pipe, with no "
         "isolation at all, timed inside that process (so its rate and CPU time compare with "
         "(a) marginal). C++ in (a)/(b): one "
         "distinct program per 500 tests, each compiled once inside the timed run. "
