@@ -12,7 +12,8 @@ writes down (docs/rewards.md, "Step rewards"):
 
 Numbers may carry thousands commas (`80,000`), decimals (`1.5`, `.5`), an ignored currency sign
 (`$`, `€`, `£`, LaTeX's `\\$`) and a percent sign (`%`, `\\%`); fractions are divisions (`3/4`),
-and one written without blanks is one number (`25 / 1/3 = 75`; `12/4/3` is left to right).
+and one written with `/` and no blanks is one number (`25 / 1/3 = 75`; a chain such as
+`48/2/2/2` divides left to right).
 LaTeX's math delimiters (`\\(`, `\\)`, `\\[`, `\\]`) and thin spaces are blanks, and so are
 Markdown's bold (`**`, `__`) and a list marker that starts a line (`- 5 + 3 = 8` claims 5 + 3 =
 8; `-5 + 3 = -2` starts with a signed number). A side of an `=` is the longest run of numbers,
@@ -112,6 +113,7 @@ class _Tok:
     decimals: int = 0  # digits written after the decimal point
     percent: bool = False
     word: str = ""  # a word token's text
+    slash: bool = False  # an op token written "/" (not "÷", "∕" or "\\div")
     alpha: bool = False  # a word token of letters (or a LaTeX command)
 
 
@@ -235,7 +237,7 @@ def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
             i = j
         elif ch in _SYMBOLS:
             kind, op = _SYMBOLS[ch]
-            toks.append(_Tok(kind, i, i + 1, op))
+            toks.append(_Tok(kind, i, i + 1, op, slash=ch == "/"))
             i += 1
         else:
             # Letters make a word; punctuation stands alone ("7." ends a run, "3:2" splits one).
@@ -492,8 +494,8 @@ class _Parser:
         if kind == "num":
             value = self._number()
             # A fraction written without blanks is one number, so "25 / 1/3 = 75" divides by a
-            # third, as its writer spaced it (GSM8K's references write it so); "12/4/3" and
-            # "12 / 4 / 3" still divide left to right.
+            # third, as its writer spaced it (GSM8K's references write it so); "12/4/3/2",
+            # "12 / 4 / 3" and "12 ÷ 4÷3" still divide left to right.
             if self._tight_fraction():
                 self.pos += 1
                 divisor = self._number()
@@ -518,10 +520,13 @@ class _Parser:
         return t.value / 100 if t.percent and not self.percent_unit else t.value
 
     def _tight_fraction(self) -> bool:
-        """Whether "/" and a number follow the number just read, with no blank between."""
+        """Whether "/" and a number follow the number just read, with no blank between, and
+        that number is not itself the divisor of such a "/" (in "48/2/2/2" none is a fraction
+        of its own: the chain divides left to right)."""
         toks, i = self.toks, self.pos
-        return (i + 1 < len(toks) and toks[i].op == "/" and toks[i + 1].kind == "num"
-                and toks[i - 1].end == toks[i].start and toks[i].end == toks[i + 1].start)
+        return (i + 1 < len(toks) and toks[i].slash and toks[i + 1].kind == "num"
+                and toks[i - 1].end == toks[i].start and toks[i].end == toks[i + 1].start
+                and not (i >= 2 and toks[i - 2].slash and toks[i - 2].end == toks[i - 1].start))
 
     def _nested(self, parse: Callable[[], Fraction]) -> Fraction:
         self.depth += 1

@@ -49,6 +49,11 @@ def verdict(line: str) -> str:
         "25 / 1/3 = 75",
         "12/4/3 = 1",
         "12 / 4 / 3 = 1",
+        "48/2/2/2 = 6",  # a chain: no divisor in it is a fraction of its own
+        "(4 + 8)/4/3 = 1",
+        "<<1200/12/4/5=5>>5",
+        "12 ÷ 4÷3 = 1",  # only "/" writes a fraction
+        "60\\div 2\\div3 = 10",
         "3 ∗ 4 = 12",
         "12 ∕ 4 = 3",
         "120 – 80 - 15 = 25 more points",
