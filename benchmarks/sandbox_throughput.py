@@ -20,12 +20,15 @@ asserts), it measures tests per second of
       once, then per test makes a memfd for stdin and a pipe, forks, and runs the compiled
       program in the child with fresh std streams (no namespaces, uid, rlimits, seccomp, work
       directory or process-group kill), timed inside the process. The judge's executor forks
-      the same way and adds the isolation; what it saves per fork (streams built once, no
-      page of its own written while a child still shares it) is what (a) and (e) differ by.
+      the same way; (a) adds the isolation and the judge's own work (frames, JSON, comparing),
+      and saves per fork what such a server spends: the streams it builds in every child,
+      `random`'s at-fork re-seeding in Python (the executor re-seeds from 32 bytes before
+      each fork instead), and copies of the pages it writes while a child still shares them.
 
-Next to each wall-clock rate of (a) and (c) it reports the CPU time per test of every process
-the method started, which does not depend on what else runs on a shared machine, and from (a)'s
-marginal CPU time per test the rate it would reach with the CPUs to itself.
+Next to each wall-clock rate of (a), (c) and (e) it reports the CPU time per test of every
+process the method started, which does not depend on what else runs on a shared machine, and
+from the CPU time per test of (a) marginal and of (e) the rates they would reach with the CPUs
+to themselves.
 
 With `--baseline REV` it also runs (a) with the `rlrun judge` of git revision REV (a temporary
 `git worktree`, run as `python -m rlrun` with PYTHONPATH pointing at it, the same interpreter),
@@ -160,14 +163,17 @@ def per_test_jobs(w: Workload, n: int, argv: list[str]) -> list[tuple[list[str],
 # (e): run as `python -I -S -c FORK_SERVER SPEC.json`; prints its wall and CPU seconds (its own
 # and its children's) over the tests and how many tests failed, as JSON.
 FORK_SERVER = """
-import gc, json, os, sys, time
+import gc, json, os, resource, sys, time
 spec = json.load(open(sys.argv[1]))
 for name in spec["preload"]:
     __import__(name)
 code = compile(spec["code"], "main.py", "exec")
 gc.collect()
 gc.freeze()
-t0, c0 = time.perf_counter(), os.times()
+def cpu_s():
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+t0, c0 = time.perf_counter(), cpu_s()
 bad = 0
 for stdin, expected in spec["cases"]:
     fd = os.memfd_create("stdin")
@@ -190,9 +196,7 @@ for stdin, expected in spec["cases"]:
     os.close(r)
     status = os.waitpid(pid, 0)[1]
     bad += status != 0 or out.decode().rstrip() != expected.rstrip()
-c = os.times()
-cpu = sum(c[:4]) - sum(c0[:4])
-print(json.dumps({"wall": time.perf_counter() - t0, "cpu": cpu, "bad": bad}))
+print(json.dumps({"wall": time.perf_counter() - t0, "cpu": cpu_s() - c0, "bad": bad}))
 """
 
 
@@ -207,9 +211,13 @@ def run_fork_server(w: Workload, n: int, workers: int, tmp: Path) -> tuple[float
                                     "cases": all_cases[k::workers]}))
         procs.append(subprocess.Popen([sys.executable, "-I", "-S", "-c", FORK_SERVER, str(spec)],
                                       stdout=subprocess.PIPE, text=True))
-    results = [json.loads(p.communicate()[0]) for p in procs]
-    if any(p.returncode or r["bad"] for p, r in zip(procs, results, strict=True)):
-        raise SystemExit(f"(e) on {w.name}: a fork-server process failed: {results}")
+    outputs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):
+        raise SystemExit(f"(e) on {w.name}: a fork-server process exited "
+                         f"{[p.returncode for p in procs]}")
+    results = [json.loads(out) for out in outputs]
+    if any(r["bad"] for r in results):
+        raise SystemExit(f"(e) on {w.name}: tests failed: {results}")
     return n / max(r["wall"] for r in results), 1000 * sum(r["cpu"] for r in results) / n
 
 
@@ -499,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         table(rows, docker_note),
         "",
-        f"Tests per second, higher is better, best of {args.runs} runs of (a), (b), (c) "
+        f"Tests per second, higher is better, best of {args.runs} runs of (a), (b), (c), (e) "
         f"(one of (d)); {args.workers} tests at a time in every method, on {machine()}. "
         "(a) and (b) are the `rlrun judge` command timed from start to exit, 10 tests per "
         "submission (a harness is one test: ten asserts, one submission each; it runs the "
@@ -515,7 +523,10 @@ def main(argv: list[str] | None = None) -> int:
         "interpreter with the executor's preloaded modules forks per test and runs the "
         "program with fresh std streams, stdin from a memfd and stdout to a pipe, with no "
         "isolation at all, timed inside that process (so its rate and CPU time compare with "
-        "(a) marginal). C++ in (a)/(b): one "
+        "(a) marginal, which adds the isolation and the judge's own work and saves what such "
+        "a server spends per fork: the streams it builds in every child, `random`'s at-fork "
+        "re-seeding, copies of the pages it writes while a child still shares them). "
+        "C++ in (a)/(b): one "
         "distinct program per 500 tests, each compiled once inside the timed run. "
         f"The CPU-bound program loops {iterations:,} times (about 50 ms here). "
         f"Load average (1 min) of the machine: {load[0]:.1f} at the start, "
