@@ -19,7 +19,8 @@ asserts), it measures tests per second of
       it by hand: a process of this interpreter that imports the executor's PRELOAD modules
       once, then per test makes a memfd for stdin and a pipe, forks, and runs the compiled
       program in the child with fresh std streams (no namespaces, uid, rlimits, seccomp, work
-      directory or process-group kill), timed inside the process. The judge's executor forks
+      directory or process-group kill), timed inside the process, its runs between those of
+      (a), so the two see the same spells of other load. The judge's executor forks
       the same way; (a) adds the isolation and the judge's own work (frames, JSON, comparing),
       and saves per fork what such a server spends: the streams it builds in every child,
       `random`'s at-fork re-seeding in Python (the executor re-seeds from 32 bytes before
@@ -62,7 +63,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,10 +267,12 @@ class JudgeFigures:
 
 
 def measure_judges(w: Workload, backend: str, workers: int, tmp: Path, trees: dict[str, Path],
-                   runs: int) -> dict[str, JudgeFigures]:
+                   runs: int, between: Callable[[], None] | None = None
+                   ) -> dict[str, JudgeFigures]:
     """Figures of each tree's `rlrun judge` on `w`: a full run and a run of a tenth of the tests
     (the fixed cost) each, `runs` times, the trees in turn (alternating which goes first), so
-    all of them see the same spells of other load. Best run of each size: the least disturbed."""
+    all of them see the same spells of other load; `between` (another method's run) after each
+    round, for the same reason. Best run of each size: the least disturbed."""
     small = max(1, w.n_tests // 10)
     times: dict[tuple[str, int], list[tuple[float, float]]] = {}
     labels = list(trees)
@@ -278,6 +281,8 @@ def measure_judges(w: Workload, backend: str, workers: int, tmp: Path, trees: di
             for n in (w.n_tests, small):
                 times.setdefault((label, n), []).append(
                     run_rlrun_judge(w, n, backend, workers, tmp, trees[label]))
+        if between is not None:
+            between()
     figures = {}
     for label in labels:
         (t_full, cpu_full), (t_small, cpu_small) = (
@@ -354,10 +359,19 @@ def measure(w: Workload, workers: int, tmp: Path, docker_note: str | None, runs:
             baseline: Path | None) -> tuple[dict[str, float], JudgeFigures | None]:
     """The row of `w` (rates and CPU per test of each method) and the baseline's (a) figures."""
     trees = {"now": ROOT} if baseline is None else {"now": ROOT, "baseline": baseline}
-    judges = measure_judges(w, "process", workers, tmp, trees, runs)
+    plain: list[tuple[float, float]] = []
+
+    def plain_run() -> None:
+        plain.append(run_fork_server(w, w.n_tests, workers, tmp))
+
+    # (e) runs between the rounds of (a), so both see the same spells of other load.
+    stdio = w.language == "python" and w.kind == "stdio"
+    judges = measure_judges(w, "process", workers, tmp, trees, runs, plain_run if stdio else None)
     now = judges["now"]
     row: dict[str, float] = {"a": now.rate, "a_marginal": now.marginal, "a_cpu": now.cpu_ms,
                              "a_marginal_cpu": now.marginal_cpu_ms}
+    if plain:
+        row["e"], row["e_cpu"] = max(r for r, _ in plain), min(c for _, c in plain)
     if docker_note is None:
         row["b"] = max(w.n_tests / run_rlrun_judge(w, w.n_tests, "docker", workers, tmp)[0]
                        for _ in range(runs))
@@ -374,8 +388,6 @@ def measure(w: Workload, workers: int, tmp: Path, docker_note: str | None, runs:
         docker_argv = ["/work/main"]
     row["c"], row["c_cpu"] = best(
         runs, lambda: run_per_test(per_test_jobs(w, n_sub, argv), w, workers))
-    if w.language == "python" and w.kind == "stdio":
-        row["e"], row["e_cpu"] = best(runs, lambda: run_fork_server(w, w.n_tests, workers, tmp))
     if docker_note is None:
         mount = ["-v", f"{tmp}:/work:ro"] if w.language == "cpp" else []
         argv = ["docker", "run", "--rm", "-i", "--network", "none", *mount, IMAGE, *docker_argv]
@@ -522,10 +534,11 @@ def main(argv: list[str] | None = None) -> int:
         "(e), for stdin Python, is a plain fork server written by hand: a process of this "
         "interpreter with the executor's preloaded modules forks per test and runs the "
         "program with fresh std streams, stdin from a memfd and stdout to a pipe, with no "
-        "isolation at all, timed inside that process (so its rate and CPU time compare with "
-        "(a) marginal, which adds the isolation and the judge's own work and saves what such "
-        "a server spends per fork: the streams it builds in every child, `random`'s at-fork "
-        "re-seeding, copies of the pages it writes while a child still shares them). "
+        "isolation at all, timed inside that process, its runs between those of (a) (so its "
+        "rate and CPU time compare with (a) marginal, which adds the isolation and the "
+        "judge's own work and saves what such a server spends per fork: the streams it builds "
+        "in every child, `random`'s at-fork re-seeding, copies of the pages it writes while a "
+        "child still shares them). "
         "C++ in (a)/(b): one "
         "distinct program per 500 tests, each compiled once inside the timed run. "
         f"The CPU-bound program loops {iterations:,} times (about 50 ms here). "
