@@ -13,7 +13,7 @@ writes down (docs/rewards.md, "Step rewards"):
 Numbers may carry thousands commas (`80,000`), decimals (`1.5`, `.5`), an ignored currency sign
 (`$`, `€`, `£`, LaTeX's `\\$`) and a percent sign (`%`, `\\%`); fractions are divisions (`3/4`),
 and one written with `/` and no blanks is one number (`25 / 1/3 = 75`; a chain such as
-`48/2/2/2` divides left to right).
+`48/2/2/2` divides left to right); LaTeX's `\\frac{a}{b}` (`\\dfrac`, `\\tfrac`) is `(a) / (b)`.
 LaTeX's math delimiters (`\\(`, `\\)`, `\\[`, `\\]`) and thin spaces are blanks, and so are
 Markdown's bold (`**`, `__`) and a list marker that starts a line (`- 5 + 3 = 8` claims 5 + 3 =
 8; `-5 + 3 = -2` starts with a signed number). A side of an `=` is the longest run of numbers,
@@ -35,7 +35,7 @@ A claim is uncheckable, not wrong, past a limit (`MAX_DIGITS` digits in a number
 bits in a value, `MAX_TOKENS` tokens or `MAX_DEPTH` nested parentheses on a side), on division
 by zero, an exponent (`^`, `**`: unsupported, so `9^9^9^9` costs nothing), or a run that starts
 right after a word or a symbol, or with an operator after one (`sqrt(16) + 2`, `√16 + 2`, `eggs
-- 3`, `5! + 1`, `\\frac{48}{2} + 10`) or after a parenthesis it does not open (`(2 * x) - 3`), a
+- 3`, `5! + 1`, `\\sqrt{16} + 2`) or after a parenthesis it does not open (`(2 * x) - 3`), a
 run that is a factor of the words before it (`pages x 1/3`, `divided by 4 + 2`, `half of 20 +
 6`, `20% of (50 + 10)`), and a value given in parts (`25 / 4 = 6 remainder 1`, `17 / 3 = 5 and
 2/3`). The limits bound work per token: checking takes time linear in the text's length,
@@ -85,6 +85,7 @@ _OPS = {"+": "+", "-": "-", "−": "-", "–": "-", "*": "*", "/": "/", "×": "*
 # One-character tokens as (kind, operator); "^" is not evaluated: a run holding it is uncheckable.
 _SYMBOLS = {"=": ("eq", ""), "^": ("bad", ""), **{ch: ("op", op) for ch, op in _OPS.items()}}
 _LATEX_OPS = {"\\times": "*", "\\cdot": "*", "\\div": "/"}
+_LATEX_FRACS = frozenset(["\\frac", "\\dfrac", "\\tfrac"])
 _DIGITS = frozenset("0123456789")  # ASCII only: "²" is not a number here
 _VULGAR = {"½": Fraction(1, 2), "⅓": Fraction(1, 3), "⅔": Fraction(2, 3), "¼": Fraction(1, 4),
            "¾": Fraction(3, 4), "⅕": Fraction(1, 5), "⅛": Fraction(1, 8)}
@@ -214,10 +215,41 @@ def evaluate(expression: str) -> Fraction | None:
 
 def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
     toks: list[_Tok] = []
+    # LaTeX's "\frac{a}{b}" reads as "(a) / (b)". `braces` holds, for each "{" open inside a
+    # fraction, what it opened: "num", "den" or "" (any other group, "{,}"); `opening` is the
+    # part the next "{" opens.
+    braces: list[str] = []
+    opening = ""
+    frac_at = start  # where the last "\\frac" starts: its "(" covers it, for the claim's text
     i = start
     while i < end:
         ch = text[i]
-        if ch.isspace() or ch in _CURRENCY:
+        if ch == "{" and (opening or braces):
+            braces.append(opening)
+            if opening:
+                toks.append(_Tok("op", frac_at if opening == "num" else i, i + 1, "("))
+            else:
+                toks.append(_Tok("word", i, i + 1, word=ch))
+            opening = ""
+            i += 1
+        elif ch == "}" and braces:
+            part = braces.pop()
+            if part:
+                toks.append(_Tok("op", i, i + 1, ")"))
+            else:
+                toks.append(_Tok("word", i, i + 1, word=ch))
+            if part == "num":
+                if i + 1 < end and text[i + 1] == "{":
+                    toks.append(_Tok("op", i, i + 1, "/"))
+                    opening = "den"
+                else:
+                    toks.append(_Tok("bad", i, i + 1))
+            i += 1
+        elif opening:
+            # "\frac" and its "{a}{b}" are not written together: not arithmetic.
+            toks.append(_Tok("bad", i, i + 1))
+            opening = ""
+        elif ch.isspace() or ch in _CURRENCY:
             i += 1
         elif ch == "\\" and text.startswith(_LATEX_BLANKS, i, end):
             i += 2
@@ -246,7 +278,9 @@ def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
             while alpha and j < end and text[j].isalpha():
                 j += 1
             word = text[i:j]
-            if word in _LATEX_OPS:
+            if word in _LATEX_FRACS and j < end and text[j] == "{":
+                opening, frac_at = "num", i
+            elif word in _LATEX_OPS:
                 toks.append(_Tok("op", i, j, _LATEX_OPS[word]))
             elif word in ("x", "X") and _between_operands(toks, text, j, end):
                 toks.append(_Tok("op", i, j, "*"))

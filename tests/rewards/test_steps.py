@@ -62,6 +62,11 @@ def verdict(line: str) -> str:
         # LaTeX math, a signed number after a symbol, words in parentheses around a claim
         "\\( 3 \\times 4 = 12 \\)",
         "\\[ 3 \\cdot 4 = 12 \\]",
+        # LaTeX's fractions are divisions of their parts
+        "\\[ \\frac{48}{2} + 10 = 34 \\]",
+        "\\( \\frac{3}{4} \\times 12 = 9 \\)",
+        "\\dfrac{6 + 2}{4} = 2",
+        "\\frac{\\frac{1}{2}}{4} = 0.125",
         "Total: -5 + 3 = -2",
         "3 * 4 = 12 (so)",
         # a Markdown list item: the marker is not a sign or an operator
@@ -109,6 +114,7 @@ def test_correct_steps(line):
         # wrapped as LaTeX math or followed by words in parentheses, still checked
         "\\( 3 \\times 4 = 13 \\)",
         "3 ⋅ 4 + 2 = 15",
+        "\\frac{48}{2} = 25",
         "500/ 1/10 = 50",  # a GSM8K reference that meant 500 x 1/10
         "12 / 4/3 = 1",
         "3 * 4 = 13 (so)",
@@ -144,8 +150,13 @@ def test_wrong_steps(line):
         "5/0 = 1",
         "x = 5 + y",
         # the run starts after a symbol that is part of what is computed
-        "\\[ \\frac{48}{2} + 10 = 34 \\]",
+        "\\[ \\sqrt{16} + 2 = 6 \\]",
         "√16 + 2 = 6",
+        # a LaTeX fraction with other than numbers in it, or not written as \\frac{a}{b}
+        "\\frac{x}{2} = 5",
+        "2\\frac{1}{2} = 2.5",
+        "\\frac12 = 0.5",
+        "\\frac{3}{4",
         "The total is 5! + 1 = 121",
         "180° - 90 - 30 = 60",
         "4² + 1 = 17",
