@@ -100,8 +100,8 @@ def audit_texts(problem: Problem, math_mode: str) -> tuple[str, str] | None:
 def perturb_number(written: str) -> str:
     """A bare number as written in a step, +1, with its decimals and percent sign kept:
     "130,000" -> "130001", "1.50" -> "2.50", "25%" -> "26%"."""
-    percent = "%" if written.endswith("%") else ""
-    body = written.removesuffix("%")
+    percent = next((p for p in ("\\%", "%") if written.endswith(p)), "")
+    body = written.removesuffix(percent)
     value = evaluate(body)
     if value is None:
         raise ValueError(f"{written!r} is not a number")

@@ -13,7 +13,8 @@ writes down (docs/rewards.md, "Step rewards"):
 Numbers may carry thousands commas (`80,000`), decimals (`1.5`, `.5`), an ignored currency sign
 (`$`, `€`, `£`, LaTeX's `\\$`) and a percent sign (`%`, `\\%`); fractions are divisions (`3/4`),
 and one written with `/` and no blanks is one number (`25 / 1/3 = 75`; a chain such as
-`48/2/2/2` divides left to right); LaTeX's `\\frac{a}{b}` (`\\dfrac`, `\\tfrac`) is `(a) / (b)`.
+`48/2/2/2` divides left to right); LaTeX's `\\frac{a}{b}` (`\\dfrac`, `\\tfrac`) is one operand,
+`((a) / (b))`, and `\\text{...}` holds words.
 LaTeX's math delimiters (`\\(`, `\\)`, `\\[`, `\\]`) and thin spaces are blanks, and so are
 Markdown's bold (`**`, `__`) and a list marker that starts a line (`- 5 + 3 = 8` claims 5 + 3 =
 8; `-5 + 3 = -2` starts with a signed number). A side of an `=` is the longest run of numbers,
@@ -86,6 +87,7 @@ _OPS = {"+": "+", "-": "-", "−": "-", "–": "-", "*": "*", "/": "/", "×": "*
 _SYMBOLS = {"=": ("eq", ""), "^": ("bad", ""), **{ch: ("op", op) for ch, op in _OPS.items()}}
 _LATEX_OPS = {"\\times": "*", "\\cdot": "*", "\\div": "/"}
 _LATEX_FRACS = frozenset(["\\frac", "\\dfrac", "\\tfrac"])
+_LATEX_TEXT = frozenset(["\\text", "\\textrm", "\\textbf", "\\mathrm", "\\mbox"])
 _DIGITS = frozenset("0123456789")  # ASCII only: "²" is not a number here
 _VULGAR = {"½": Fraction(1, 2), "⅓": Fraction(1, 3), "⅔": Fraction(2, 3), "¼": Fraction(1, 4),
            "¾": Fraction(3, 4), "⅕": Fraction(1, 5), "⅛": Fraction(1, 8)}
@@ -215,9 +217,10 @@ def evaluate(expression: str) -> Fraction | None:
 
 def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
     toks: list[_Tok] = []
-    # LaTeX's "\frac{a}{b}" reads as "(a) / (b)". `braces` holds, for each "{" open inside a
-    # fraction, what it opened: "num", "den" or "" (any other group, "{,}"); `opening` is the
-    # part the next "{" opens.
+    # LaTeX's "\frac{a}{b}" reads as "((a) / (b))", one operand ("6 \div \frac{3}{2}" divides
+    # by the fraction), and "\text{ of }" as its words. `braces` holds, for each "{" open
+    # inside a fraction or a text, what it opened: "num", "den", "text" or "" (any other
+    # group, "{,}"); `opening` is the part the next "{" opens.
     braces: list[str] = []
     opening = ""
     frac_at = start  # where the last "\\frac" starts: its "(" covers it, for the claim's text
@@ -226,17 +229,19 @@ def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
         ch = text[i]
         if ch == "{" and (opening or braces):
             braces.append(opening)
-            if opening:
-                toks.append(_Tok("op", frac_at if opening == "num" else i, i + 1, "("))
-            else:
+            if opening == "num":
+                toks += [_Tok("op", frac_at, i + 1, "("), _Tok("op", i, i + 1, "(")]
+            elif opening == "den":
+                toks.append(_Tok("op", i, i + 1, "("))
+            elif not opening:
                 toks.append(_Tok("word", i, i + 1, word=ch))
             opening = ""
             i += 1
         elif ch == "}" and braces:
             part = braces.pop()
-            if part:
-                toks.append(_Tok("op", i, i + 1, ")"))
-            else:
+            if part in ("num", "den"):
+                toks += [_Tok("op", i, i + 1, ")")] * (1 + (part == "den"))
+            elif not part:
                 toks.append(_Tok("word", i, i + 1, word=ch))
             if part == "num":
                 if i + 1 < end and text[i + 1] == "{":
@@ -278,8 +283,14 @@ def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
             while alpha and j < end and text[j].isalpha():
                 j += 1
             word = text[i:j]
-            if word in _LATEX_FRACS and j < end and text[j] == "{":
-                opening, frac_at = "num", i
+            if word in _LATEX_FRACS:
+                if j < end and text[j] == "{":
+                    opening, frac_at = "num", i
+                else:
+                    # "\frac12": a shorthand whose parts this reader does not split.
+                    toks.append(_Tok("bad", i, j))
+            elif word in _LATEX_TEXT and j < end and text[j] == "{":
+                opening = "text"
             elif word in _LATEX_OPS:
                 toks.append(_Tok("op", i, j, _LATEX_OPS[word]))
             elif word in ("x", "X") and _between_operands(toks, text, j, end):
@@ -421,7 +432,8 @@ def _guard_start(toks: list[_Tok], j: int) -> None:
     if before.word in _OPERATOR_WORDS:
         raise Uncheckable(f"a run after {before.word!r}")
     if before.word == "of" and j >= 2 and (
-            toks[j - 2].kind == "num" or toks[j - 2].word.lower() in _MULTIPLIER_WORDS):
+            toks[j - 2].kind == "num" or toks[j - 2].op == ")"
+            or toks[j - 2].word.lower() in _MULTIPLIER_WORDS):
         raise Uncheckable("a run after a multiplier's 'of'")
 
 

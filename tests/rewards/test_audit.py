@@ -115,10 +115,15 @@ def test_audit_before_training_raises_with_the_summary_and_the_way_out():
 @pytest.mark.parametrize(
     ("written", "changed"),
     [("9", "10"), ("130,000", "130001"), ("1.50", "2.50"), ("25%", "26%"), (".5", "1.5"),
-     ("⅓", "4/3")],
+     ("⅓", "4/3"), ("75\\%", "76\\%")],
 )
 def test_perturb_number_adds_one_keeping_decimals_and_percent(written, changed):
     assert perturb_number(written) == changed
+
+
+def test_perturb_step_keeps_a_latex_percent_sign():
+    text = r"\frac{3}{4} \times 100\% = 75\%"
+    assert perturb_step(text, check_steps(text)[0]) == r"\frac{3}{4} \times 100\% = 76\%"
 
 
 def test_perturb_step_changes_the_result_wherever_the_step_writes_it():

@@ -67,6 +67,10 @@ def verdict(line: str) -> str:
         "\\( \\frac{3}{4} \\times 12 = 9 \\)",
         "\\dfrac{6 + 2}{4} = 2",
         "\\frac{\\frac{1}{2}}{4} = 0.125",
+        "6 \\div \\frac{3}{2} = 4",  # a fraction is one operand
+        "\\frac{3}{4} \\div \\frac{1}{2} = \\frac{3}{2}",
+        "12/\\frac{1}{2}/3 = 8",
+        "3 \\times 4 = 12 \\text{ eggs}",
         "Total: -5 + 3 = -2",
         "3 * 4 = 12 (so)",
         # a Markdown list item: the marker is not a sign or an operator
@@ -115,6 +119,7 @@ def test_correct_steps(line):
         "\\( 3 \\times 4 = 13 \\)",
         "3 ⋅ 4 + 2 = 15",
         "\\frac{48}{2} = 25",
+        "6 \\div \\frac{3}{2} = 1",
         "500/ 1/10 = 50",  # a GSM8K reference that meant 500 x 1/10
         "12 / 4/3 = 1",
         "3 * 4 = 13 (so)",
@@ -156,6 +161,8 @@ def test_wrong_steps(line):
         "\\frac{x}{2} = 5",
         "2\\frac{1}{2} = 2.5",
         "\\frac12 = 0.5",
+        "5 / 2 = 2\\frac12",
+        "\\frac 12 \\times 4 = 2",
         "\\frac{3}{4",
         "The total is 5! + 1 = 121",
         "180° - 90 - 30 = 60",
@@ -169,6 +176,8 @@ def test_wrong_steps(line):
         "17 / 3 = 5 and 2/3",
         # the run is a factor of what comes before it
         "20% of ($50 + $10) = $12",
+        "\\frac{1}{3} of 30 + 2 = 12",
+        "\\frac{1}{2} \\text{ of } 20 + 5 = 15",
         "Half of 20 + 6 = 16",
         "120 divided by 4 + 2 = 32",
     ],
