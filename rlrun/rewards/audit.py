@@ -29,7 +29,7 @@ from rlrun.records import Problem, Sample
 from rlrun.rewards.errors import RewardError
 from rlrun.rewards.math import find_answer, normalize_number
 from rlrun.rewards.reward import Reward
-from rlrun.rewards.steps import Step, check_steps, evaluate
+from rlrun.rewards.steps import PERCENT_SIGNS, Step, check_steps, evaluate
 
 FULL_MARKS = 1.0 - 1e-9
 
@@ -100,7 +100,7 @@ def audit_texts(problem: Problem, math_mode: str) -> tuple[str, str] | None:
 def perturb_number(written: str) -> str:
     """A bare number as written in a step, +1, with its decimals and percent sign kept:
     "130,000" -> "130001", "1.50" -> "2.50", "25%" -> "26%"."""
-    percent = next((p for p in ("\\%", "%") if written.endswith(p)), "")
+    percent = next((p for p in PERCENT_SIGNS if written.endswith(p)), "")
     body = written.removesuffix(percent)
     value = evaluate(body)
     if value is None:

@@ -77,6 +77,8 @@ _LIST_MARKER = re.compile(r"(?:[-*+•]|\d{1,9}[.)])[ \t]+")
 # GSM8K's calculator annotations. Bounded and without nested quantifiers: linear time.
 _ANNOTATION = re.compile(rf"<<([^<>\n]{{0,{MAX_ANNOTATION}}})>>")
 _CURRENCY = frozenset("$€£")  # signs that carry no value: read as blanks
+# A percent sign as written after a number, LaTeX's escaped one first ("20\\%" ends with "%").
+PERCENT_SIGNS = ("\\%", "%")
 # LaTeX's inline and display math, an escaped currency sign and thin spaces: blanks too.
 _LATEX_BLANKS = ("\\(", "\\)", "\\[", "\\]", "\\$", "\\,", "\\;", "\\!")
 # "⋅" (dot operator), "∗" (asterisk operator) and "∕" (division slash) are the math-symbol
@@ -239,16 +241,15 @@ def _tokenize(text: str, start: int, end: int) -> list[_Tok]:
             i += 1
         elif ch == "}" and braces:
             part = braces.pop()
-            if part in ("num", "den"):
-                toks += [_Tok("op", i, i + 1, ")")] * (1 + (part == "den"))
+            if part == "num" and i + 1 < end and text[i + 1] == "{":
+                toks += [_Tok("op", i, i + 1, ")"), _Tok("op", i, i + 1, "/")]
+                opening = "den"
+            elif part == "num":
+                toks += [_Tok("op", i, i + 1, ")"), _Tok("bad", i, i + 1)]
+            elif part == "den":
+                toks += [_Tok("op", i, i + 1, ")"), _Tok("op", i, i + 1, ")")]
             elif not part:
                 toks.append(_Tok("word", i, i + 1, word=ch))
-            if part == "num":
-                if i + 1 < end and text[i + 1] == "{":
-                    toks.append(_Tok("op", i, i + 1, "/"))
-                    opening = "den"
-                else:
-                    toks.append(_Tok("bad", i, i + 1))
             i += 1
         elif opening:
             # "\frac" and its "{a}{b}" are not written together: not arithmetic.
@@ -341,8 +342,7 @@ def _number(text: str, i: int, end: int) -> tuple[_Tok, int]:
         j = k
     vulgar = _VULGAR.get(text[j], 0) if j < end and not frac_digits else 0
     j += vulgar != 0
-    # LaTeX escapes the sign: "20\\%".
-    sign = next((p for p in ("%", "\\%") if text.startswith(p, j, end)), "")
+    sign = next((p for p in PERCENT_SIGNS if text.startswith(p, j, end)), "")
     j += len(sign)
     digits = len(int_digits) + len(frac_digits)
     value = None
